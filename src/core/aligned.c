@@ -1,0 +1,54 @@
+/* Over-aligned allocation (posix_memalign, aligned_alloc, memalign, valloc, C++ aligned new).
+   - alignment <= 16: every block already is;
+   - a class whose stride is a multiple of the alignment (alignment <= a cache line): its blocks
+     are aligned because spans start on a line;
+   - otherwise, while size + alignment fits a size class: take a bigger block and hand out an
+     aligned pointer inside it; the span is flagged ALIGNED so free() maps interior pointers
+     back to the block (mimalloc does the same);
+   - beyond that: a large object placed at the alignment (any power of two; 2 MiB and more put
+     the object on its own 2 MiB boundary). */
+#include "alloc.h"
+
+void* _ca_malloc_aligned(size_t n, size_t align, bool zero) {
+  if (align <= CA_MIN_ALIGN) return zero ? _ca_calloc_slow(n) : _ca_malloc(n);
+  _ca_ensure_init();
+  if (n == 0) n = 1;
+  if (n <= _ca_medium_limit) {
+    uint32_t c = _ca_size_class(n);
+    if (align <= _ca_machine.l1d.line && _ca_class_size[c] % align == 0) {
+      void* p = _ca_malloc(n);
+      if (p != NULL && zero) memset(p, 0, n);
+      return p;
+    }
+  }
+  if (n + align - CA_MIN_ALIGN <= _ca_medium_limit && n + align > n) {
+    uint8_t* p = _ca_malloc(n + align - CA_MIN_ALIGN);
+    if (p == NULL) return NULL;
+    uint8_t* q = (uint8_t*)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+    if (q != p) {
+      ca_segment_t* seg = _ca_segment_of(p);
+      _ca_span_of(seg, p)->flags |= CA_SPAN_ALIGNED;
+    }
+    if (zero) memset(q, 0, n);
+    return q;
+  }
+  return _ca_large_alloc(n, align, zero);
+}
+
+size_t _ca_usable_size(const void* p) {
+  ca_segment_t* seg = _ca_segment_of(p);
+  if (seg == NULL) {
+    if (p == NULL) return 0;
+    _ca_fatal("malloc_usable_size(): invalid pointer %p (not allocated by chromalloc)", p);
+  }
+  if (seg->kind == CA_SEG_LARGE) {
+    if (p != seg->large_ptr || (seg->spans[0].flags & CA_SPAN_UNUSED))
+      _ca_fatal("malloc_usable_size(): invalid pointer %p", p);
+    return seg->large_size;
+  }
+  ca_span_t* s = _ca_span_of(seg, p);
+  bool valid;
+  uint8_t* b = _ca_block_start(seg, s, p, &valid);
+  if (!valid) _ca_fatal("malloc_usable_size(): invalid pointer %p (not an allocated block)", p);
+  return s->block_size - (size_t)((const uint8_t*)p - b);
+}

@@ -1,0 +1,47 @@
+/* The two fast paths, inline.  malloc: one TLS load, one table load, pop a list.  free: check the
+   pointer is ours and a block start (segment bitmap + exact division), check the span belongs to
+   this thread's heap and needs no care, push on the local list.  Anything else (first call of a
+   thread, empty list, remote or full span, over-aligned block, double free, large object) goes to
+   a noinline slow path, so these stay small and spill no registers. */
+#ifndef CA_ALLOC_H
+#define CA_ALLOC_H
+
+#include "internal.h"
+
+static inline void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
+  if (ca_likely(n <= CA_DIRECT_MAX)) {
+    ca_span_t* s = h->direct[(n + CA_MIN_ALIGN - 1) / CA_MIN_ALIGN];
+    ca_block_t* b = s->free;
+    if (ca_likely(b != NULL)) {
+      ca_assert(_ca_block_index(s, b) < s->capacity, "free list holds a foreign block", b);
+      ca_assert(b->next == NULL || _ca_block_index(s, b->next) < s->capacity, "free list next is foreign", b);
+      s->free = b->next;
+      s->used++;
+      b->key = 0;
+      return b;
+    }
+  }
+  return _ca_malloc_generic(h, n);
+}
+
+static inline void* _ca_malloc(size_t n) { return _ca_heap_malloc(_ca_heap, n); }
+
+static inline void _ca_free(void* p) {
+  ca_segment_t* seg = _ca_segment_of(p);
+  if (ca_likely(seg != NULL)) {
+    ca_span_t* s = _ca_span_of(seg, p);
+    if (ca_likely(atomic_load_explicit(&seg->owner, ca_relaxed) == _ca_heap && s->flags == 0 &&
+                  _ca_block_index(s, p) < s->capacity)) {
+      ca_block_t* b = (ca_block_t*)p;
+      if (ca_unlikely(b->key == _ca_key)) _ca_free_double_check(s, b);
+      b->next = s->local_free;
+      b->key = _ca_key;
+      s->local_free = b;
+      if (ca_unlikely(--s->used == 0)) _ca_heap_span_retire(_ca_heap, s);
+      return;
+    }
+  }
+  _ca_free_generic(seg, p);
+}
+
+#endif

@@ -1,0 +1,273 @@
+/* Thread heaps: the per-thread owner of spans.  A heap keeps, per size class, a queue of spans
+   whose first span is the one allocating (and is what direct[] points at for small sizes), a
+   queue of full spans, and the atomic delayed-free list through which other threads hand back
+   blocks of full spans.  The generic malloc path lives here: it runs when the first span of a
+   class has no block ready, and is also the heap's heartbeat (delayed frees, purging).
+
+   Heaps are never unmapped: a thread that exits returns its heap to a pool for the next thread,
+   so a remote thread holding a heap pointer never reads freed memory. */
+#include "internal.h"
+
+ca_span_t _ca_span_empty = { .flags = CA_SPAN_UNUSED };
+ca_heap_t _ca_heap_empty = { .direct = { [0 ... CA_DIRECT_N - 1] = &_ca_span_empty } };
+__thread ca_heap_t* _ca_heap __attribute__((tls_model("initial-exec"))) = &_ca_heap_empty;
+
+static ca_lock_t  registry_lock;
+static ca_heap_t* registry_first;
+
+/* ---- span queues ------------------------------------------------------------------------------ */
+
+static void queue_push_front(ca_span_queue_t* q, ca_span_t* s) {
+  s->prev = NULL; s->next = q->first;
+  if (q->first) q->first->prev = s; else q->last = s;
+  q->first = s;
+}
+static void queue_push_back(ca_span_queue_t* q, ca_span_t* s) {
+  s->next = NULL; s->prev = q->last;
+  if (q->last) q->last->next = s; else q->first = s;
+  q->last = s;
+}
+static void queue_remove(ca_span_queue_t* q, ca_span_t* s) {
+  if (s->prev) s->prev->next = s->next; else q->first = s->next;
+  if (s->next) s->next->prev = s->prev; else q->last = s->prev;
+  s->next = s->prev = NULL;
+}
+
+/* Point the direct entries of class c at the first span of its queue. */
+static void direct_update(ca_heap_t* h, uint32_t c) {
+  size_t lo = c == 0 ? 0 : _ca_class_size[c - 1] / CA_MIN_ALIGN + 1;
+  if (lo >= CA_DIRECT_N) return;
+  size_t hi = _ca_class_size[c] / CA_MIN_ALIGN;
+  if (hi >= CA_DIRECT_N) hi = CA_DIRECT_N - 1;
+  ca_span_t* s = h->queues[c].first ? h->queues[c].first : &_ca_span_empty;
+  for (size_t w = lo; w <= hi; w++) h->direct[w] = s;
+}
+
+void _ca_heap_queue_remove(ca_heap_t* h, ca_span_t* s) {
+  uint32_t c = (s->flags & CA_SPAN_FULL) ? CA_CLASS_FULL : s->sclass;
+  bool was_first = h->queues[c].first == s;
+  queue_remove(&h->queues[c], s);
+  if (was_first && c != CA_CLASS_FULL) direct_update(h, c);
+}
+
+/* ---- full spans ------------------------------------------------------------------------------- */
+
+static void span_to_full(ca_heap_t* h, ca_span_t* s) {
+  _ca_heap_queue_remove(h, s);
+  s->flags |= CA_SPAN_FULL;
+  queue_push_back(&h->queues[CA_CLASS_FULL], s);
+  _ca_span_set_delay(s, CA_DELAY_USE, false);
+  /* a remote free may have landed before the state changed: it would wait unseen */
+  if ((atomic_load_explicit(&s->thread_free, ca_acquire) & ~CA_DELAY_MASK) != 0) _ca_heap_span_unfull(h, s);
+}
+
+void _ca_heap_span_unfull(ca_heap_t* h, ca_span_t* s) {
+  queue_remove(&h->queues[CA_CLASS_FULL], s);
+  s->flags &= (uint8_t)~CA_SPAN_FULL;
+  _ca_span_set_delay(s, CA_DELAY_NONE, false);
+  queue_push_back(&h->queues[s->sclass], s);
+  if (h->queues[s->sclass].first == s) direct_update(h, s->sclass);
+}
+
+/* ---- retire: a span whose blocks are all free ---------------------------------------------- */
+
+static uint32_t list_length(const ca_block_t* b) {
+  uint32_t n = 0;
+  for (; b != NULL; b = b->next) n++;
+  return n;
+}
+
+void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
+  ca_span_queue_t* q = &h->queues[s->sclass];
+  if (q->first == s && s->next == NULL) return;       /* keep the only span of a class warm */
+  _ca_stats_span_settle(h, s, list_length(s->free));
+  _ca_heap_queue_remove(h, s);
+  _ca_segment_span_free(h, s);
+}
+
+/* ---- delayed frees ---------------------------------------------------------------------------- */
+
+void _ca_heap_delayed_free(ca_heap_t* h) {
+  ca_block_t* b = atomic_exchange_explicit(&h->delayed_free, NULL, ca_acquire);
+  while (b != NULL) {
+    ca_block_t* next = b->next;
+    ca_segment_t* seg = _ca_segment_of(b);
+    ca_span_t* s = _ca_span_of(seg, b);
+    _ca_span_set_delay(s, CA_DELAY_NONE, false);
+    if (s->flags & CA_SPAN_FULL) _ca_heap_span_unfull(h, s);
+    b->next = s->local_free;
+    s->local_free = b;
+    if (--s->used == 0) _ca_heap_span_retire(h, s);
+    b = next;
+  }
+}
+
+/* ---- the generic allocation path -------------------------------------------------------------- */
+
+/* Make s->free non-empty if the span has any block: settle statistics for the list it used up,
+   then collect frees, then carve fresh blocks. */
+static void span_refill(ca_heap_t* h, ca_span_t* s) {
+  if (s->free != NULL) return;
+  _ca_stats_span_settle(h, s, 0);
+  _ca_span_collect(s);
+  if (s->free == NULL && s->capacity < s->reserved) _ca_span_extend(s);
+  s->installed = s->capacity - s->used;
+}
+
+/* The first span of class c with a block ready, moving exhausted spans to the full queue. */
+static ca_span_t* queue_find(ca_heap_t* h, uint32_t c) {
+  ca_span_queue_t* q = &h->queues[c];
+  for (ca_span_t* s = q->first; s != NULL;) {
+    ca_span_t* next = s->next;
+    span_refill(h, s);
+    if (s->free != NULL) {
+      if (q->first != s) { queue_remove(q, s); queue_push_front(q, s); direct_update(h, c); }
+      return s;
+    }
+    span_to_full(h, s);
+    s = next;
+  }
+  return NULL;
+}
+
+static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
+  ca_span_t* s = queue_find(h, c);
+  if (s != NULL) return s;
+  ca_segment_kind_t kind = _ca_class_size[c] <= CA_SMALL_MAX + CA_MIN_ALIGN ? CA_SEG_SMALL : CA_SEG_MEDIUM;
+  /* before taking a new span, adopt what exited threads left: it may hold this class */
+  if (h->segments[kind].first == NULL && _ca_segment_reclaim(h) && (s = queue_find(h, c)) != NULL) return s;
+  s = _ca_segment_span_alloc(h, kind);
+  if (s == NULL) return NULL;
+  _ca_span_init(h, s, c);
+  _ca_span_extend(s);
+  s->installed = s->capacity;
+  queue_push_front(&h->queues[c], s);
+  direct_update(h, c);
+  return s;
+}
+
+void* _ca_malloc_generic(ca_heap_t* h, size_t n) {
+  if (ca_unlikely(h == &_ca_heap_empty)) {
+    h = _ca_thread_init();
+    if (h == NULL) { errno = ENOMEM; return NULL; }
+  }
+  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, false);
+  h->generic_calls++;
+  if (atomic_load_explicit(&h->delayed_free, ca_relaxed) != NULL) _ca_heap_delayed_free(h);
+  if (h->purge.first != NULL && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
+  ca_span_t* s = heap_find_span(h, _ca_size_class(n));
+  if (ca_unlikely(s == NULL)) { errno = ENOMEM; return NULL; }
+  ca_block_t* b = s->free;
+  ca_assert(_ca_block_index(s, b) < s->capacity, "free list holds a foreign block", b);
+  s->free = b->next;
+  s->used++;
+  b->key = 0;
+  return b;
+}
+
+/* ---- adoption (segment reclaim) --------------------------------------------------------------- */
+
+void _ca_heap_adopt_span(ca_heap_t* h, ca_span_t* s) {
+  _ca_span_set_delay(s, CA_DELAY_NONE, true);
+  s->flags &= (uint8_t)~CA_SPAN_FULL;
+  _ca_span_collect(s);
+  if (s->used == 0) {
+    _ca_stats_span_settle(h, s, list_length(s->free));
+    _ca_segment_span_free(h, s);
+    return;
+  }
+  queue_push_back(&h->queues[s->sclass], s);
+  if (h->queues[s->sclass].first == s) direct_update(h, s->sclass);
+}
+
+/* ---- heap life cycle -------------------------------------------------------------------------- */
+
+/* Reset a heap for a new thread.  The registry fields (next_heap, in_use) are left alone: the
+   heap was claimed under the registry lock, and clearing in_use here would let another thread
+   claim it too. */
+void _ca_heap_init(ca_heap_t* h) {
+  memset(h, 0, offsetof(ca_heap_t, next_heap));
+  for (size_t w = 0; w < CA_DIRECT_N; w++) h->direct[w] = &_ca_span_empty;
+  h->rng = _ca_process.seed ^ ((uintptr_t)h * 0x9E3779B97F4A7C15ull);
+  if (h->rng == 0) h->rng = 0x2545F4914F6CDD1Dull;
+  for (uint32_t c = 0; c < _ca_class_count; c++)
+    h->colour[c] = (uint16_t)_ca_layout_first_colour(_ca_class_size[c], &h->rng);
+}
+
+/* A heap for a new thread: a pooled one, or a fresh page.  The registry is never shrunk. */
+ca_heap_t* _ca_heap_acquire(void) {
+  _ca_lock(&registry_lock);
+  ca_heap_t* h = registry_first;
+  while (h != NULL && h->in_use) h = h->next_heap;
+  if (h != NULL) {
+    h->in_use = true;
+    _ca_stat_inc(&_ca_stats.heaps_reused, 1);
+  }
+  _ca_unlock(&registry_lock);
+  if (h == NULL) {
+    h = _ca_os_map((sizeof(ca_heap_t) + CA_OS_PAGE - 1) & ~(CA_OS_PAGE - 1));
+    if (h == NULL) return NULL;
+    _ca_lock(&registry_lock);
+    h->in_use = true;
+    h->next_heap = registry_first;
+    registry_first = h;
+    _ca_unlock(&registry_lock);
+  }
+  _ca_heap_init(h);
+  return h;
+}
+
+/* Register a heap that was not mapped by _ca_heap_acquire (the main thread's static heap). */
+void _ca_heap_register(ca_heap_t* h) {
+  _ca_lock(&registry_lock);
+  h->in_use = true;
+  h->next_heap = registry_first;
+  registry_first = h;
+  _ca_unlock(&registry_lock);
+}
+
+ca_heap_t* _ca_heap_first(void) { return registry_first; }
+
+static void for_each_span(ca_heap_t* h, void (*fn)(ca_heap_t*, ca_span_t*)) {
+  for (uint32_t c = 0; c <= CA_CLASS_FULL; c++)
+    for (ca_span_t* s = h->queues[c].first, *next; s != NULL; s = next) { next = s->next; fn(h, s); }
+}
+static void span_never(ca_heap_t* h, ca_span_t* s) { (void)h; _ca_span_set_delay(s, CA_DELAY_NEVER, false); }
+static void span_leave(ca_heap_t* h, ca_span_t* s) {
+  uint32_t c = (s->flags & CA_SPAN_FULL) ? CA_CLASS_FULL : s->sclass;
+  queue_remove(&h->queues[c], s);
+  s->flags &= (uint8_t)~CA_SPAN_FULL;
+  _ca_span_collect(s);
+  _ca_stats_span_settle(h, s, list_length(s->free));
+  if (s->used == 0) _ca_segment_span_free(h, s);
+}
+
+/* Thread exit: stop remote threads from using the heap, hand back what is free, abandon the
+   rest.  The heap returns to the pool. */
+void _ca_heap_done(ca_heap_t* h) {
+  if (h == &_ca_heap_empty || !h->in_use) return;
+  _ca_heap_delayed_free(h);
+  for_each_span(h, span_never);
+  _ca_heap_delayed_free(h);            /* blocks pushed before NEVER took effect */
+  for_each_span(h, span_leave);
+  _ca_segment_abandon(h);
+  _ca_stats_heap_flush(h);
+  _ca_lock(&registry_lock);
+  h->in_use = false;
+  _ca_unlock(&registry_lock);
+}
+
+/* fork() child: threads other than the caller are gone.  A span of ours left in state FREEING
+   by one of them would make us wait forever: the block it was pushing is lost (leaked). */
+static void span_unstick(ca_heap_t* h, ca_span_t* s) {
+  (void)h;
+  uintptr_t tf = atomic_load_explicit(&s->thread_free, ca_relaxed);
+  if ((tf & CA_DELAY_MASK) == CA_DELAY_FREEING)
+    atomic_store_explicit(&s->thread_free, (tf & ~CA_DELAY_MASK) | CA_DELAY_NONE, ca_relaxed);
+}
+void _ca_heap_fork_prepare(void) { _ca_lock(&registry_lock); }
+void _ca_heap_fork_parent(void) { _ca_unlock(&registry_lock); }
+void _ca_heap_fork_child(ca_heap_t* self) {
+  atomic_store_explicit(&registry_lock.v, 0, ca_relaxed);
+  if (self != &_ca_heap_empty) for_each_span(self, span_unstick);
+}

@@ -1,0 +1,152 @@
+/* OS interface: the only file that talks to mmap/munmap/madvise, the clock, the random source
+   and stderr.  Every helper keeps errno as the caller left it, except _ca_os_map which reports
+   ENOMEM, so free() never changes errno.  Nothing here allocates. */
+#include "internal.h"
+#include "buf.h"
+#include <sched.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+void* _ca_os_map(size_t size) {
+  void* p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) { errno = ENOMEM; return NULL; }
+  return p;
+}
+
+/* Map `size` bytes aligned to `align` (a power of two >= page): over-map, then trim both ends. */
+void* _ca_os_map_aligned(size_t size, size_t align) {
+  if (size + align < size) { errno = ENOMEM; return NULL; }
+  uint8_t* p = _ca_os_map(size + align);
+  if (p == NULL) return NULL;
+  uint8_t* a = (uint8_t*)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+  int e = errno;
+  if (a > p) munmap(p, (size_t)(a - p));
+  size_t tail = (size_t)((p + size + align) - (a + size));
+  if (tail > 0) munmap(a + size, tail);
+  errno = e;
+  return a;
+}
+
+void _ca_os_unmap(void* p, size_t size) {
+  int e = errno;
+  munmap(p, size);
+  errno = e;
+}
+
+void _ca_os_purge(void* p, size_t size) {
+  if (size == 0) return;
+  int e = errno;
+  madvise(p, size, MADV_DONTNEED);
+  errno = e;
+}
+
+void _ca_os_thp(void* p, size_t size, bool on) {
+  int e = errno;
+  madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  errno = e;
+}
+
+uint64_t _ca_clock_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+void _ca_os_random(void* buf, size_t len) {
+  int e = errno;
+  if (getrandom(buf, len, GRND_NONBLOCK) != (ssize_t)len) {
+    /* no entropy source yet: mix the clock, the stack address and the pid */
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t x = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 32) ^ (uintptr_t)&t ^ (uint64_t)getpid() << 16;
+    uint8_t* b = buf;
+    for (size_t i = 0; i < len; i++) {
+      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      b[i] = (uint8_t)x;
+    }
+  }
+  errno = e;
+}
+
+size_t _ca_os_rss_peak(void) {
+  struct rusage ru;
+  int e = errno;
+  size_t r = getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
+  errno = e;
+  return r;
+}
+
+size_t _ca_os_rss_now(void) {
+  int e = errno;
+  char buf[128];
+  size_t r = 0;
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) {
+      buf[n] = 0;
+      const char* q = buf;
+      while (*q && *q != ' ') q++;               /* skip total size */
+      while (*q == ' ') q++;
+      size_t pages = 0;
+      while (*q >= '0' && *q <= '9') pages = pages * 10 + (size_t)(*q++ - '0');
+      r = pages * (size_t)sysconf(_SC_PAGESIZE);
+    }
+  }
+  errno = e;
+  return r;
+}
+
+/* ---- messages ----------------------------------------------------------------------------- */
+
+void _ca_write_stderr(const char* msg) {
+  int e = errno;
+  size_t n = strlen(msg);
+  while (n > 0) {
+    ssize_t w = write(2, msg, n);
+    if (w <= 0) break;
+    msg += w; n -= (size_t)w;
+  }
+  errno = e;
+}
+
+void _ca_warn(const char* msg) {
+  _ca_write_stderr("chromalloc: ");
+  _ca_write_stderr(msg);
+  _ca_write_stderr("\n");
+}
+
+/* One line "chromalloc: <fmt with %p replaced by p>" and abort(): used for heap corruption and
+   invalid frees, where continuing would lose data silently. */
+_Noreturn void _ca_fatal(const char* fmt, const void* p) {
+  char line[256];
+  ca_buf_t b = ca_buf(line, sizeof line - 1);
+  ca_buf_str(&b, "chromalloc: ");
+  for (const char* f = fmt; *f; f++) {
+    if (f[0] == '%' && f[1] == 'p') { ca_buf_hex(&b, (uintptr_t)p); f++; }
+    else ca_buf_char(&b, *f);
+  }
+  ca_buf_char(&b, '\n');
+  _ca_write_stderr(line);
+  abort();
+}
+
+/* ---- lock ----------------------------------------------------------------------------------- */
+
+void _ca_lock(ca_lock_t* l) {
+  for (int spins = 0;; spins++) {
+    int expected = 0;
+    if (atomic_load_explicit(&l->v, ca_relaxed) == 0 &&
+        atomic_compare_exchange_weak_explicit(&l->v, &expected, 1, ca_acquire, ca_relaxed)) return;
+    if (spins < 64) ca_cpu_relax();
+    else sched_yield();
+  }
+}

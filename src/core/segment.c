@@ -1,0 +1,352 @@
+/* Segments: where spans come from and where free memory goes.
+
+   A heap owns segments; those with a free span sit in heap->segments[kind] (kind = SMALL or
+   MEDIUM), and all of them in heap->all.  A span freed inside a segment that is still in use
+   waits on the heap's purge list and is given back to the OS (MADV_DONTNEED) after purge_delay
+   ms unless it is reused first.  A segment whose spans are all free goes to the global segment
+   cache (kept mapped, purged after purge_delay ms, unmapped beyond `segment_cache` entries).
+   A LARGE segment holds one object and belongs to no heap; it is cached the same way.
+
+   When a thread exits, its heap's segments are abandoned to a global list (owner = NULL, spans
+   in delayed state NEVER so remote frees only touch the span); a heap that needs a segment
+   first adopts abandoned ones.  The global lists are behind small locks: they are touched once
+   per 2 MiB, never per block. */
+#include "internal.h"
+
+static ca_lock_t     cache_lock;
+static ca_segment_t* cache_first;          /* most recently cached first */
+static size_t        cache_count;
+static _Atomic(uint64_t) cache_next_purge; /* earliest time a cached segment needs purging */
+
+static ca_lock_t     abandoned_lock;
+static ca_segment_t* abandoned_first;
+
+/* ---- intrusive queues ------------------------------------------------------------------------ */
+
+static void segq_push(ca_segment_queue_t* q, ca_segment_t* s) {
+  s->prev = NULL; s->next = q->first;
+  if (q->first) q->first->prev = s; else q->last = s;
+  q->first = s;
+}
+static void segq_remove(ca_segment_queue_t* q, ca_segment_t* s) {
+  if (s->prev) s->prev->next = s->next; else q->first = s->next;
+  if (s->next) s->next->prev = s->prev; else q->last = s->prev;
+  s->next = s->prev = NULL;
+}
+static void all_push(ca_segment_queue_t* q, ca_segment_t* s) {
+  s->all_prev = NULL; s->all_next = q->first;
+  if (q->first) q->first->all_prev = s; else q->last = s;
+  q->first = s;
+}
+static void all_remove(ca_segment_queue_t* q, ca_segment_t* s) {
+  if (s->all_prev) s->all_prev->all_next = s->all_next; else q->first = s->all_next;
+  if (s->all_next) s->all_next->all_prev = s->all_prev; else q->last = s->all_prev;
+  s->all_next = s->all_prev = NULL;
+}
+static void purge_remove(ca_heap_t* h, ca_span_t* s) {
+  if (s->prev) s->prev->next = s->next; else h->purge.first = s->next;
+  if (s->next) s->next->prev = s->prev; else h->purge.last = s->prev;
+  s->next = s->prev = NULL;
+  s->purge_at = 0;
+}
+static void purge_append(ca_heap_t* h, ca_span_t* s) {
+  s->next = NULL; s->prev = h->purge.last;
+  if (h->purge.last) h->purge.last->next = s; else h->purge.first = s;
+  h->purge.last = s;
+}
+
+/* ---- mapping, cache -------------------------------------------------------------------------- */
+
+static uintptr_t segment_cookie(const ca_segment_t* seg) { return (uintptr_t)seg ^ _ca_process.secret; }
+
+static void segment_unmap(ca_segment_t* seg) {
+  _ca_segmap_set(seg, false);
+  _ca_stat_add(&_ca_stats.mapped_bytes, -(int64_t)seg->size, NULL);
+  _ca_os_unmap(seg, seg->size);
+}
+
+/* Purge cached segments older than purge_delay (or all, when forced). */
+void _ca_segment_cache_purge(bool force) {
+  long delay = _ca_opt(CA_OPT_PURGE_DELAY);
+  if (delay < 0 && !force) return;
+  uint64_t now = _ca_clock_ms();
+  if (!force && now < atomic_load_explicit(&cache_next_purge, ca_relaxed)) return;
+  _ca_lock(&cache_lock);
+  uint64_t next = UINT64_MAX;
+  for (ca_segment_t* s = cache_first; s != NULL; s = s->next) {
+    if (s->purged) continue;
+    if (force || s->cached_at + (uint64_t)delay <= now) {
+      _ca_os_purge((uint8_t*)s + CA_HEADER_SIZE, s->size - CA_HEADER_SIZE);
+      s->purged = 1;
+      _ca_stat_inc(&_ca_stats.purges, 1);
+      _ca_stat_inc(&_ca_stats.purged_bytes, s->size - CA_HEADER_SIZE);
+    } else if (s->cached_at + (uint64_t)delay < next) {
+      next = s->cached_at + (uint64_t)delay;
+    }
+  }
+  atomic_store_explicit(&cache_next_purge, next, ca_relaxed);
+  _ca_unlock(&cache_lock);
+}
+
+static void segment_cache_put(ca_segment_t* seg) {
+  atomic_store_explicit(&seg->owner, NULL, ca_relaxed);
+  seg->spans[0].flags = CA_SPAN_UNUSED;               /* a free() into it is invalid */
+  seg->cached_at = _ca_clock_ms();
+  seg->purged = 0;
+  if (_ca_opt(CA_OPT_PURGE_DELAY) == 0) {
+    _ca_os_purge((uint8_t*)seg + CA_HEADER_SIZE, seg->size - CA_HEADER_SIZE);
+    seg->purged = 1;
+    _ca_stat_inc(&_ca_stats.purges, 1);
+    _ca_stat_inc(&_ca_stats.purged_bytes, seg->size - CA_HEADER_SIZE);
+  }
+  ca_segment_t* evict = NULL;
+  _ca_lock(&cache_lock);
+  seg->prev = NULL; seg->next = cache_first;
+  if (cache_first) cache_first->prev = seg;
+  cache_first = seg;
+  if (++cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) {
+    evict = seg;                                      /* evict the oldest (the tail) */
+    while (evict->next) evict = evict->next;
+    if (evict->prev) evict->prev->next = NULL; else cache_first = NULL;
+    cache_count--;
+  }
+  uint64_t due = seg->cached_at + (uint64_t)_ca_opt(CA_OPT_PURGE_DELAY);
+  if (!seg->purged && due < atomic_load_explicit(&cache_next_purge, ca_relaxed))
+    atomic_store_explicit(&cache_next_purge, due, ca_relaxed);
+  _ca_unlock(&cache_lock);
+  if (evict) segment_unmap(evict);
+}
+
+/* A mapping of `size` bytes (a multiple of 2 MiB, 2 MiB aligned): the smallest cached one that
+   is not more than twice as big, else a new mapping.  The header is left for the caller. */
+static ca_segment_t* segment_map(size_t size, bool* fresh) {
+  ca_segment_t* best = NULL;
+  _ca_lock(&cache_lock);
+  for (ca_segment_t* s = cache_first; s != NULL; s = s->next)
+    if (s->size >= size && s->size <= 2 * size && (best == NULL || s->size < best->size)) best = s;
+  if (best) {
+    if (best->prev) best->prev->next = best->next; else cache_first = best->next;
+    if (best->next) best->next->prev = best->prev;
+    cache_count--;
+  }
+  _ca_unlock(&cache_lock);
+  if (best) { *fresh = false; return best; }
+  ca_segment_t* seg = _ca_os_map_aligned(size, CA_SEGMENT_SIZE);
+  if (seg == NULL) return NULL;
+  if (((uintptr_t)seg >> 47) != 0) {                  /* outside the segment map: give it back */
+    _ca_os_unmap(seg, size);
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (_ca_opt(CA_OPT_THP)) _ca_os_thp(seg, size, true);
+  seg->size = size;
+  _ca_segmap_set(seg, true);
+  _ca_stat_add(&_ca_stats.mapped_bytes, (int64_t)size, &_ca_stats.mapped_peak);
+  _ca_stat_inc(&_ca_stats.segments_mapped, 1);
+  *fresh = true;
+  return seg;
+}
+
+/* ---- small/medium segments ------------------------------------------------------------------- */
+
+static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
+  bool fresh;
+  ca_segment_t* seg = segment_map(CA_SEGMENT_SIZE, &fresh);
+  if (seg == NULL) return NULL;
+  size_t size = seg->size;
+  memset(seg, 0, offsetof(ca_segment_t, spans));
+  seg->size = size;
+  seg->cookie = segment_cookie(seg);
+  seg->kind = (uint8_t)kind;
+  seg->span_shift = kind == CA_SEG_SMALL ? CA_SMALL_SHIFT : CA_MEDIUM_SHIFT;
+  seg->span_count = (uint32_t)(CA_SEGMENT_SIZE >> seg->span_shift);
+  for (uint32_t i = 0; i <= CA_MAX_SPANS; i++) {
+    ca_span_t* s = &seg->spans[i];
+    memset(s, 0, sizeof *s);
+    s->index = i;
+    s->flags = CA_SPAN_UNUSED;
+  }
+  atomic_store_explicit(&seg->owner, h, ca_release);
+  all_push(&h->all, seg);
+  segq_push(&h->segments[kind], seg);
+  _ca_stat_add(&_ca_stats.segments, 1, &_ca_stats.segments_peak);
+  return seg;
+}
+
+static void segment_release(ca_heap_t* h, ca_segment_t* seg) {
+  for (uint32_t i = 0; i < seg->span_count; i++)
+    if (seg->spans[i].purge_at != 0) purge_remove(h, &seg->spans[i]);
+  segq_remove(&h->segments[seg->kind], seg);
+  all_remove(&h->all, seg);
+  _ca_stat_add(&_ca_stats.segments, -1, NULL);
+  segment_cache_put(seg);
+}
+
+ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
+  ca_segment_t* seg = h->segments[kind].first;
+  if (seg == NULL) seg = segment_new(h, kind);
+  if (seg == NULL) return NULL;
+  /* prefer a span that is still committed (waiting to be purged) over a cold one */
+  ca_span_t* pick = NULL;
+  for (uint32_t i = 0; i < seg->span_count; i++) {
+    ca_span_t* s = &seg->spans[i];
+    if (!(s->flags & CA_SPAN_UNUSED)) continue;
+    if (s->purge_at != 0) { pick = s; break; }
+    if (pick == NULL) pick = s;
+  }
+  if (pick->purge_at != 0) purge_remove(h, pick);
+  pick->flags = 0;
+  if (++seg->spans_used == seg->span_count) segq_remove(&h->segments[kind], seg);
+  _ca_segment_cache_purge(false);
+  return pick;
+}
+
+void _ca_segment_span_free(ca_heap_t* h, ca_span_t* s) {
+  ca_segment_t* seg = _ca_span_segment(s);
+  s->flags = CA_SPAN_UNUSED;
+  s->free = s->local_free = NULL;
+  s->capacity = 0;
+  if (seg->spans_used-- == seg->span_count) segq_push(&h->segments[seg->kind], seg);
+  if (seg->spans_used == 0) { segment_release(h, seg); return; }
+  long delay = _ca_opt(CA_OPT_PURGE_DELAY);
+  if (delay == 0) {
+    _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
+    _ca_stat_inc(&_ca_stats.purges, 1);
+    _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
+  } else if (delay > 0) {
+    s->purge_at = _ca_clock_ms() + (uint64_t)delay;
+    purge_append(h, s);
+  }
+  _ca_segment_cache_purge(false);
+}
+
+/* Give back free spans whose delay expired (the list is in expiry order). */
+void _ca_segment_purge_expired(ca_heap_t* h, bool force) {
+  uint64_t now = force ? UINT64_MAX : _ca_clock_ms();
+  while (h->purge.first != NULL && h->purge.first->purge_at <= now) {
+    ca_span_t* s = h->purge.first;
+    ca_segment_t* seg = _ca_span_segment(s);
+    purge_remove(h, s);
+    _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
+    _ca_stat_inc(&_ca_stats.purges, 1);
+    _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
+  }
+}
+
+/* ---- abandon / reclaim ----------------------------------------------------------------------- */
+
+/* Called by an exiting thread after its spans were set to CA_DELAY_NEVER and emptied spans freed. */
+void _ca_segment_abandon(ca_heap_t* h) {
+  _ca_segment_purge_expired(h, true);
+  h->segments[0].first = h->segments[0].last = NULL;
+  h->segments[1].first = h->segments[1].last = NULL;
+  ca_segment_t* seg = h->all.first;
+  h->all.first = h->all.last = NULL;
+  if (seg == NULL) return;
+  uint64_t n = 0;
+  ca_segment_t* last = seg;
+  for (ca_segment_t* s = seg; s != NULL; s = s->all_next) {
+    atomic_store_explicit(&s->owner, NULL, ca_release);
+    s->abandoned = 1;
+    s->next = s->prev = NULL;
+    last = s;
+    n++;
+  }
+  _ca_lock(&abandoned_lock);
+  last->all_next = abandoned_first;
+  abandoned_first = seg;
+  _ca_unlock(&abandoned_lock);
+  _ca_stat_inc(&_ca_stats.segments_abandoned, n);
+}
+
+/* Adopt abandoned segments until one has a free span (or none are left).  Returns true when
+   anything was adopted: their live spans are now in h's queues. */
+bool _ca_segment_reclaim(ca_heap_t* h) {
+  if (atomic_load_explicit((_Atomic(ca_segment_t*)*)&abandoned_first, ca_relaxed) == NULL) return false;
+  bool any = false;
+  for (int tries = 0; tries < 8; tries++) {
+    _ca_lock(&abandoned_lock);
+    ca_segment_t* seg = abandoned_first;
+    if (seg) abandoned_first = seg->all_next;
+    _ca_unlock(&abandoned_lock);
+    if (seg == NULL) break;
+    any = true;
+    seg->abandoned = 0;
+    seg->all_next = seg->all_prev = NULL;
+    atomic_store_explicit(&seg->owner, h, ca_release);
+    all_push(&h->all, seg);
+    if (seg->spans_used < seg->span_count) segq_push(&h->segments[seg->kind], seg);
+    _ca_stat_inc(&_ca_stats.segments_reclaimed, 1);
+    /* adopt live spans; free the ones that emptied meanwhile (this may release the segment) */
+    uint32_t live = seg->spans_used;
+    for (uint32_t i = 0; i < seg->span_count && live > 0; i++) {
+      ca_span_t* s = &seg->spans[i];
+      if (s->flags & CA_SPAN_UNUSED) continue;
+      live--;
+      _ca_heap_adopt_span(h, s);        /* frees s when empty: seg may be released after this */
+    }
+    if (h->segments[CA_SEG_SMALL].first || h->segments[CA_SEG_MEDIUM].first) break;
+  }
+  return any;
+}
+
+/* ---- large objects ---------------------------------------------------------------------------- */
+
+/* A LARGE segment for an object of `need` bytes aligned to `align`; *offset gets the object's
+   offset from the segment.  Alignments of 2 MiB and more put the object on the next 2 MiB
+   boundary after the header unit (see _ca_segment_of). */
+ca_segment_t* _ca_segment_large_alloc(size_t need, size_t align, size_t* offset) {
+  size_t off, size;
+  bool fresh = true;
+  ca_segment_t* seg;
+  if (align >= CA_SEGMENT_SIZE) {
+    size_t body = (need + CA_OS_PAGE - 1) & ~(CA_OS_PAGE - 1);
+    if (body < need || body + align < body) { errno = ENOMEM; return NULL; }
+    uint8_t* r = _ca_os_map_aligned(align + body, align);
+    if (r == NULL) return NULL;
+    seg = (ca_segment_t*)(r + align - CA_SEGMENT_SIZE);
+    if ((uint8_t*)seg > r) _ca_os_unmap(r, (size_t)((uint8_t*)seg - r));
+    if (((uintptr_t)seg >> 47) != 0) { _ca_os_unmap(seg, CA_SEGMENT_SIZE + body); errno = ENOMEM; return NULL; }
+    off = CA_SEGMENT_SIZE;
+    size = CA_SEGMENT_SIZE + body;
+    seg->size = size;
+    _ca_segmap_set(seg, true);
+    _ca_stat_add(&_ca_stats.mapped_bytes, (int64_t)size, &_ca_stats.mapped_peak);
+    _ca_stat_inc(&_ca_stats.segments_mapped, 1);
+  } else {
+    off = *offset;                                     /* caller's random line offset */
+    if (align > CA_MIN_ALIGN) off = (CA_HEADER_SIZE + align - 1) & ~(align - 1);
+    else off += CA_HEADER_SIZE;
+    size = (off + need + CA_SEGMENT_MASK) & ~CA_SEGMENT_MASK;
+    if (size < need) { errno = ENOMEM; return NULL; }
+    seg = segment_map(size, &fresh);
+    if (seg == NULL) return NULL;
+    if (!fresh) _ca_stat_inc(&_ca_stats.large_cached_reuse, 1);
+  }
+  size = seg->size;
+  bool zero = fresh || seg->purged;
+  memset(seg, 0, offsetof(ca_segment_t, spans) + 2 * sizeof(ca_span_t));
+  seg->size = size;
+  seg->cookie = segment_cookie(seg);
+  seg->kind = CA_SEG_LARGE;
+  seg->span_shift = CA_LARGE_SHIFT;
+  seg->span_count = 1;
+  seg->is_zero = zero;
+  seg->spans[1].flags = CA_SPAN_UNUSED;
+  *offset = off;
+  return seg;
+}
+
+void _ca_segment_large_free(ca_segment_t* seg) {
+  if (seg->size > CA_SEGMENT_SIZE && _ca_opt(CA_OPT_SEGMENT_CACHE) == 0) { segment_unmap(seg); return; }
+  segment_cache_put(seg);
+}
+
+/* ---- fork ------------------------------------------------------------------------------------- */
+
+void _ca_segment_fork_prepare(void) { _ca_lock(&abandoned_lock); _ca_lock(&cache_lock); }
+void _ca_segment_fork_parent(void) { _ca_unlock(&cache_lock); _ca_unlock(&abandoned_lock); }
+void _ca_segment_fork_child(void) {
+  atomic_store_explicit(&cache_lock.v, 0, ca_relaxed);
+  atomic_store_explicit(&abandoned_lock.v, 0, ca_relaxed);
+}

@@ -1,0 +1,31 @@
+# Tests.  Every unit test is one C file built once without chromalloc (it reaches chromalloc's
+# extensions through weak symbols) and run three ways: linked against libchromalloc.so,
+# linked against libchromalloc.a, and as a plain binary under LD_PRELOAD.
+TEST_NAMES = api stress fork threads enomem invalid_free rss
+TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-alloc-size-larger-than -Wno-free-nonheap-object -Wno-use-after-free -Wno-maybe-uninitialized -pthread -Iinclude
+TEST_BIN   = $(BUILD)/tests
+ABS_SO     = $(abspath $(SO))
+
+$(TEST_BIN)/%-plain: tests/unit/%.c tests/unit/check.h
+	@mkdir -p $(TEST_BIN)
+	$(CC) $(TEST_CFLAGS) $< -o $@ -ldl
+
+$(TEST_BIN)/%-shared: tests/unit/%.c tests/unit/check.h $(SO)
+	@mkdir -p $(TEST_BIN)
+	$(CC) $(TEST_CFLAGS) $< -o $@ -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) -lchromalloc -ldl
+
+$(TEST_BIN)/%-static: tests/unit/%.c tests/unit/check.h $(AR_LIB)
+	@mkdir -p $(TEST_BIN)
+	$(CC) $(TEST_CFLAGS) $< -o $@ $(AR_LIB) -ldl
+
+TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static)
+
+.PHONY: test-unit
+test-unit: lib $(TEST_BINS)
+	@set -e; for t in $(TEST_NAMES); do \
+	  echo "== test_$$t (linked -lchromalloc)"; $(TEST_BIN)/test_$$t-shared; \
+	  echo "== test_$$t (static libchromalloc.a)"; $(TEST_BIN)/test_$$t-static; \
+	  echo "== test_$$t (LD_PRELOAD)"; LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_$$t-plain; \
+	done
+
+test: test-unit

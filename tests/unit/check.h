@@ -1,0 +1,115 @@
+/* Minimal test support shared by the unit tests: CHECK counts and reports failures without
+   stopping, `ca_loaded()` proves chromalloc (not glibc) is the allocator in use, and
+   `run_child()` runs a function in a forked child and reports how it ended.  The tests build
+   without linking chromalloc and reach its extensions through weak symbols, so the same
+   binary runs linked (-lchromalloc) or under LD_PRELOAD. */
+#ifndef CA_TEST_CHECK_H
+#define CA_TEST_CHECK_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern const char* chromalloc_version(void) __attribute__((weak));
+extern size_t chromalloc_stats_json(char* buf, size_t size) __attribute__((weak));
+extern long chromalloc_option(const char* name) __attribute__((weak));
+extern void chromalloc_collect(void) __attribute__((weak));
+
+static int check_failures, check_passes;
+
+#define CHECK(cond) do {                                                                  \
+    if (cond) check_passes++;                                                             \
+    else { check_failures++; fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+#define CHECK_EQ(a, b) do {                                                               \
+    long long va_ = (long long)(a), vb_ = (long long)(b);                                 \
+    if (va_ == vb_) check_passes++;                                                       \
+    else { check_failures++; fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld != %lld)\n", \
+                                     __FILE__, __LINE__, #a, #b, va_, vb_); }             \
+  } while (0)
+
+static inline int check_done(const char* name) {
+  fprintf(stderr, "%s: %d checks, %d failed\n", name, check_passes + check_failures, check_failures);
+  return check_failures == 0 ? 0 : 1;
+}
+
+static inline void require_chromalloc(const char* name) {
+  if (chromalloc_version == NULL) {
+    fprintf(stderr, "%s: chromalloc is not loaded (link with -lchromalloc or LD_PRELOAD it)\n", name);
+    exit(2);
+  }
+}
+
+/* A number from the stats JSON: the integer after "<object>":{ ... "<key>": */
+static inline long long stats_value(const char* object, const char* key) {
+  static char buf[1 << 18];
+  chromalloc_stats_json(buf, sizeof buf);
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":{", object);
+  const char* o = strstr(buf, pat);
+  if (o == NULL) return -1;
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char* k = strstr(o, pat);
+  return k ? atoll(k + strlen(pat)) : -1;
+}
+
+/* Run fn() in a child with stderr captured into `err` (NUL-terminated); returns the wait status. */
+static inline int run_child(void (*fn)(void*), void* arg, char* err, size_t errlen) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    fn(arg);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
+  err[n] = 0;
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+static inline size_t rss_bytes(void) {
+  long pages = 0, resident = 0;
+  FILE* f = fopen("/proc/self/statm", "r");
+  if (f) { if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0; fclose(f); }
+  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* L1d geometry the way a user would read it */
+static inline void l1d_geometry(unsigned* line, unsigned* sets) {
+  *line = 64; *sets = 64;
+  for (int i = 0; i < 8; i++) {
+    char path[128], buf[32];
+    unsigned level = 0, l = 0, s = 0;
+    int data = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+    FILE* f = fopen(path, "r");
+    if (!f) break;
+    if (fgets(buf, sizeof buf, f)) data = buf[0] == 'D' || buf[0] == 'U';
+    fclose(f);
+#define RD(name, var) snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/" name, i); \
+    if ((f = fopen(path, "r"))) { if (fscanf(f, "%u", &var) != 1) var = 0; fclose(f); }
+    RD("level", level) RD("coherency_line_size", l) RD("number_of_sets", s)
+#undef RD
+    if (data && level == 1 && l && s) { *line = l; *sets = s; return; }
+  }
+}
+
+#endif

@@ -1,0 +1,68 @@
+/* fork() in a multi-threaded parent: worker threads allocate and free (and free each other's
+   blocks) without pause while the main thread forks; each child allocates heavily, frees
+   blocks the parent allocated before the fork (including ones owned by threads that do not
+   exist in the child), starts a thread of its own, and exits cleanly.  A child that deadlocks
+   on an allocator lock held at fork time is caught by the alarm. */
+#include "check.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+static atomic_bool stop;
+static _Atomic(void*) shared[64];
+
+static void* churn(void* arg) {
+  uint64_t r = (uintptr_t)arg + 1;
+  while (!atomic_load(&stop)) {
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    size_t n = r % 4 == 0 ? (r % (3 << 20)) : r % 2000 + 1;   /* some large, to take the locks */
+    void* p = malloc(n);
+    memset(p, 1, n < 64 ? n : 64);
+    free(atomic_exchange(&shared[r % 64], p));
+  }
+  return NULL;
+}
+
+static void* child_thread(void* arg) {
+  for (int i = 0; i < 20000; i++) free(malloc((size_t)(i % 3000) + 1));
+  return arg;
+}
+
+static int child_work(void* parent_block) {
+  alarm(20);
+  void* p[5000];
+  for (int i = 0; i < 5000; i++) { p[i] = malloc((size_t)(i * 37 % 5000) + 1); if (!p[i]) return 3; }
+  for (int i = 0; i < 5000; i += 2) free(p[i]);
+  free(parent_block);                                     /* owned by the main thread's heap */
+  for (int i = 0; i < 64; i++) free(atomic_exchange(&shared[i], NULL));   /* dead threads' blocks */
+  pthread_t t;
+  if (pthread_create(&t, NULL, child_thread, NULL) != 0) return 4;
+  pthread_join(t, NULL);
+  void* big = malloc(50 << 20);
+  if (big == NULL) return 5;
+  memset(big, 7, 1 << 20);
+  free(big);
+  for (int i = 1; i < 5000; i += 2) free(p[i]);
+  return 0;
+}
+
+int main(void) {
+  require_chromalloc("test_fork");
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, churn, (void*)(uintptr_t)i);
+  int ok = 0;
+  for (int k = 0; k < 40; k++) {
+    void* mine = malloc(100 + k);
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_work(mine));
+    int status;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ok++;
+    else fprintf(stderr, "child %d: status 0x%x\n", k, status);
+    free(mine);
+  }
+  atomic_store(&stop, true);
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 64; i++) free(atomic_exchange(&shared[i], NULL));
+  CHECK_EQ(ok, 40);
+  return check_done("test_fork");
+}

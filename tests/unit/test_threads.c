@@ -1,0 +1,55 @@
+/* Thread exit hands memory back: (1) 200 threads in turn allocate and free 2 MiB of small
+   blocks and exit: their heaps are reused and the number of segments stays flat; (2) threads
+   exit leaving live blocks that the main thread frees later (remote frees into abandoned
+   segments), and later threads adopt those segments instead of mapping new ones. */
+#include "check.h"
+#include <pthread.h>
+
+static void* churn(void* arg) {
+  void** p = malloc(32768 * sizeof(void*));
+  for (int i = 0; i < 32768; i++) p[i] = malloc(64);
+  for (int i = 0; i < 32768; i++) free(p[i]);
+  free(p);
+  return arg;
+}
+
+#define LEAVE 20000
+static void* leave(void* arg) {
+  void** out = arg;
+  for (int i = 0; i < LEAVE; i++) { out[i] = malloc(48 + (size_t)(i % 5) * 16); memset(out[i], i, 16); }
+  return NULL;
+}
+
+int main(void) {
+  require_chromalloc("test_threads");
+  for (int i = 0; i < 5; i++) { pthread_t t; pthread_create(&t, NULL, churn, NULL); pthread_join(t, NULL); }
+  long long base = stats_value("segments", "current");
+  long long reused0 = stats_value("threads", "heaps_reused");
+  for (int i = 0; i < 200; i++) { pthread_t t; pthread_create(&t, NULL, churn, NULL); pthread_join(t, NULL); }
+  long long after = stats_value("segments", "current");
+  CHECK(stats_value("threads", "heaps_reused") - reused0 >= 200);
+  CHECK(after <= base + 2);
+  fprintf(stderr, "churn: segments %lld -> %lld after 200 threads\n", base, after);
+
+  static void* blocks[LEAVE];
+  long long reclaimed0 = stats_value("segments", "reclaimed");
+  long long mapped0 = stats_value("segments", "mapped_total");
+  for (int round = 0; round < 50; round++) {
+    pthread_t t;
+    pthread_create(&t, NULL, leave, blocks);
+    pthread_join(t, NULL);
+    int bad = 0;
+    for (int i = 0; i < LEAVE; i++) {
+      unsigned char* b = blocks[i];
+      for (int j = 0; j < 16; j++) bad += b[j] != (unsigned char)i;
+      free(b);
+    }
+    CHECK_EQ(bad, 0);
+  }
+  long long reclaimed = stats_value("segments", "reclaimed") - reclaimed0;
+  long long mapped = stats_value("segments", "mapped_total") - mapped0;
+  fprintf(stderr, "leave: %lld segments reclaimed, %lld mapped over 50 rounds\n", reclaimed, mapped);
+  CHECK(reclaimed >= 40);
+  CHECK(mapped <= 4);
+  return check_done("test_threads");
+}
