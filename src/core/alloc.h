@@ -2,7 +2,7 @@
    pointer is ours and a block start (segment bitmap + exact division), check the span belongs to
    this thread's heap and needs no care, push on the local list.  Anything else (first call of a
    thread, empty list, remote or full span, over-aligned block, double free, large object) goes to
-   a noinline slow path, so these stay small and spill no registers. */
+   a noinline slow path, reached by a tail call, so these stay small and spill no registers. */
 #ifndef CA_ALLOC_H
 #define CA_ALLOC_H
 
@@ -27,21 +27,24 @@ static inline void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
 static inline void* _ca_malloc(size_t n) { return _ca_heap_malloc(_ca_heap, n); }
 
 static inline void _ca_free(void* p) {
-  ca_segment_t* seg = _ca_segment_of(p);
-  if (ca_likely(seg != NULL)) {
+  uintptr_t i = _ca_segment_index(p);
+  ca_segment_t* seg = (ca_segment_t*)(i << CA_SEGMENT_SHIFT);
+  if (ca_likely(_ca_segmap_has(i))) {
     ca_span_t* s = _ca_span_of(seg, p);
+    ca_block_t* b = (ca_block_t*)p;
     if (ca_likely(atomic_load_explicit(&seg->owner, ca_relaxed) == _ca_heap && s->flags == 0 &&
-                  _ca_block_index(s, p) < s->capacity)) {
-      ca_block_t* b = (ca_block_t*)p;
-      if (ca_unlikely(b->key == _ca_key)) _ca_free_double_check(s, b);
+                  _ca_block_index(s, p) < s->capacity && b->key != _ca_key)) {
       b->next = s->local_free;
       b->key = _ca_key;
       s->local_free = b;
-      if (ca_unlikely(--s->used == 0)) _ca_heap_span_retire(_ca_heap, s);
+      if (ca_likely(--s->used != 0)) return;
+      _ca_free_last(s);                       /* tail calls only: the fast path spills nothing */
       return;
     }
+    _ca_free_generic(seg, p);
+    return;
   }
-  _ca_free_generic(seg, p);
+  _ca_free_generic(NULL, p);
 }
 
 #endif

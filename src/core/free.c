@@ -67,6 +67,9 @@ static void free_remote(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
   while (!atomic_compare_exchange_weak_explicit(&s->thread_free, &tf, ntf, ca_release, ca_relaxed));
 }
 
+/* The owner freed the last used block of a span. */
+void _ca_free_last(ca_span_t* s) { _ca_heap_span_retire(_ca_heap, s); }
+
 void _ca_free_generic(ca_segment_t* seg, void* p) {
   if (seg == NULL) {
     if (p == NULL) return;

@@ -8,6 +8,10 @@
 #include <errno.h>
 #include <string.h>
 
+/* Everything declared below is internal to the library: hidden symbols are reached directly
+   (RIP-relative), not through the GOT. */
+#pragma GCC visibility push(hidden)
+
 #define ca_likely(x)       __builtin_expect(!!(x), 1)
 #define ca_unlikely(x)     __builtin_expect(!!(x), 0)
 #define ca_noinline        __attribute__((noinline))
@@ -54,13 +58,16 @@ extern _Atomic(uint64_t) _ca_segmap[(1UL << CA_SEGMAP_BITS) / 64];
 void _ca_segmap_set(ca_segment_t* seg, bool present);
 
 /* The segment holding p: (p - 1) so that an object that starts exactly on a 2 MiB boundary
-   (alignment >= 2 MiB) belongs to the header just before it.  NULL when p is not ours. */
+   (alignment >= 2 MiB) belongs to the header just before it. */
+static inline uintptr_t _ca_segment_index(const void* p) { return ((uintptr_t)p - 1) >> CA_SEGMENT_SHIFT; }
+static inline bool _ca_segmap_has(uintptr_t i) {
+  if (ca_unlikely((i >> CA_SEGMAP_BITS) != 0)) return false;
+  return (atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1;
+}
+/* NULL when p is not in a chromalloc segment. */
 static inline ca_segment_t* _ca_segment_of(const void* p) {
-  uintptr_t s = ((uintptr_t)p - 1) & ~(uintptr_t)CA_SEGMENT_MASK;
-  uintptr_t i = s >> CA_SEGMENT_SHIFT;
-  if (ca_unlikely((i >> CA_SEGMAP_BITS) != 0)) return NULL;
-  uint64_t w = atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed);
-  return ((w >> (i & 63)) & 1) ? (ca_segment_t*)s : NULL;
+  uintptr_t i = _ca_segment_index(p);
+  return _ca_segmap_has(i) ? (ca_segment_t*)(i << CA_SEGMENT_SHIFT) : NULL;
 }
 
 static inline ca_span_t* _ca_span_of(ca_segment_t* seg, const void* p) {
@@ -192,6 +199,7 @@ void  _ca_heap_fork_child(ca_heap_t* self);
 
 /* ---- free (free.c) and large objects (large.c), aligned (aligned.c) ----------------------- */
 void   _ca_free_generic(ca_segment_t* seg, void* p) ca_noinline;
+void   _ca_free_last(ca_span_t* s) ca_noinline;
 void   _ca_free_double_check(ca_span_t* s, ca_block_t* b) ca_noinline;
 void*  _ca_large_alloc(size_t n, size_t align, bool zero) ca_noinline;
 void   _ca_large_free(ca_segment_t* seg);
@@ -238,5 +246,7 @@ void _ca_stats_span_settle(ca_heap_t* h, ca_span_t* s, uint32_t remaining);
 void _ca_stats_heap_flush(ca_heap_t* h);
 void _ca_stats_exit(void);
 void _ca_stats_json(struct ca_buf_s* b);
+
+#pragma GCC visibility pop
 
 #endif
