@@ -19,6 +19,9 @@ $(TEST_BIN)/%-static: tests/unit/%.c tests/unit/check.h $(AR_LIB)
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(AR_LIB) -ldl
 
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static)
+# tests of internal interfaces: static link only
+TEST_INTERNAL = hooks
+TEST_BINS += $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-static)
 
 .PHONY: test-unit
 test-unit: lib $(TEST_BINS)
@@ -26,6 +29,7 @@ test-unit: lib $(TEST_BINS)
 	  echo "== test_$$t (linked -lchromalloc)"; $(TEST_BIN)/test_$$t-shared; \
 	  echo "== test_$$t (static libchromalloc.a)"; $(TEST_BIN)/test_$$t-static; \
 	  echo "== test_$$t (LD_PRELOAD)"; LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_$$t-plain; \
-	done
+	done; \
+	for t in $(TEST_INTERNAL); do echo "== test_$$t (static, internal)"; $(TEST_BIN)/test_$$t-static; done
 
 test: test-unit

@@ -4,6 +4,7 @@
    lines (jemalloc's cache-oblivious placement), so large buffers of different objects do not all
    start on L1 set 0.  realloc grows or shrinks in place while the mapping is big enough. */
 #include "internal.h"
+#include "hooks.h"
 #include <sys/mman.h>
 
 static _Atomic(uint64_t) large_rng = 0x9E3779B97F4A7C15ull;
@@ -28,11 +29,17 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero) {
   _ca_stat_inc(&_ca_stats.large_allocs, 1);
   _ca_stat_add(&_ca_stats.large_live, 1, NULL);
   _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)seg->large_size, &_ca_stats.large_peak_bytes);
+  uint8_t* page = (uint8_t*)seg + (off & ~(CA_OS_PAGE - 1));
+  CA_HOOK(span_memory, page, seg->size - (size_t)(page - (uint8_t*)seg), seg->flavour);
   if (zero && !seg->is_zero) memset(p, 0, n);
+  CA_HOOK(chunk, CA_CHUNK_ALLOC, p, n);
   return p;
 }
 
 void _ca_large_free(ca_segment_t* seg) {
+  CA_HOOK(chunk, CA_CHUNK_FREE, seg->large_ptr, seg->large_size);
+  uint8_t* page = (uint8_t*)((uintptr_t)seg->large_ptr & ~(uintptr_t)(CA_OS_PAGE - 1));
+  CA_HOOK(span_released, page, seg->size - (size_t)(page - (uint8_t*)seg), seg->flavour);
   _ca_stat_add(&_ca_stats.large_live, -1, NULL);
   _ca_stat_add(&_ca_stats.large_live_bytes, -(int64_t)seg->large_size, NULL);
   seg->spans[0].flags = CA_SPAN_UNUSED;

@@ -12,6 +12,7 @@
    first adopts abandoned ones.  The global lists are behind small locks: they are touched once
    per 2 MiB, never per block. */
 #include "internal.h"
+#include "hooks.h"
 
 static ca_lock_t     cache_lock;
 static ca_segment_t* cache_first;          /* most recently cached first */
@@ -206,6 +207,7 @@ void _ca_segment_span_free(ca_heap_t* h, ca_span_t* s) {
   s->flags = CA_SPAN_UNUSED;
   s->free = s->local_free = NULL;
   s->capacity = 0;
+  CA_HOOK(span_released, _ca_span_base(seg, s), _ca_span_bytes(seg, s), s->flavour);
   if (seg->spans_used-- == seg->span_count) segq_push(&h->segments[seg->kind], seg);
   if (seg->spans_used == 0) { segment_release(h, seg); return; }
   long delay = _ca_opt(CA_OPT_PURGE_DELAY);

@@ -5,6 +5,7 @@
    is where chromalloc does its accounting.  Blocks are carved lazily, about a page at a time, so
    a span touches no memory it has not handed out. */
 #include "internal.h"
+#include "hooks.h"
 #include <sched.h>
 
 void _ca_span_init(ca_heap_t* h, ca_span_t* s, uint32_t sclass) {
@@ -25,6 +26,7 @@ void _ca_span_init(ca_heap_t* h, ca_span_t* s, uint32_t sclass) {
   s->sclass = (uint8_t)sclass;
   s->flavour = seg->flavour;
   s->flags = 0;
+  CA_HOOK(span_memory, _ca_span_base(seg, s), bytes, s->flavour);
 }
 
 /* Carve the next blocks, up to one OS page worth (at least one block), in address order. */
