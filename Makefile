@@ -18,7 +18,7 @@ LIB_HDR = $(wildcard src/*/*.h include/*.h)
 SO      = $(BUILD)/libchromalloc.so
 AR_LIB  = $(BUILD)/libchromalloc.a
 
-.PHONY: all lib test demo bench clean install
+.PHONY: all lib test demo bench clean install uninstall
 all: lib
 
 lib: $(SO) $(AR_LIB)
@@ -33,6 +33,29 @@ $(SO): $(LIB_OBJ)
 $(AR_LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $(LIB_OBJ)
+
+VERSION = $(shell sed -n 's/^\#define CHROMALLOC_VERSION "\(.*\)"/\1/p' include/chromalloc.h)
+DESTDIR ?=
+SUBST   = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g'
+
+# Installs the library (shared + static), the header, the chromalloc tool, pkg-config and
+# CMake package files: `pkg-config --libs chromalloc`, `find_package(chromalloc)`.
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc \
+	           $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(SO) $(DESTDIR)$(PREFIX)/lib/libchromalloc.so
+	install -m 644 $(AR_LIB) $(DESTDIR)$(PREFIX)/lib/libchromalloc.a
+	install -m 644 include/chromalloc.h $(DESTDIR)$(PREFIX)/include/chromalloc.h
+	install -m 755 tools/chromalloc $(DESTDIR)$(PREFIX)/bin/chromalloc
+	$(SUBST) packaging/chromalloc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc.pc
+	$(SUBST) packaging/chromallocConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc/chromallocConfig.cmake
+	$(SUBST) packaging/chromallocConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc/chromallocConfigVersion.cmake
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/libchromalloc.so $(DESTDIR)$(PREFIX)/lib/libchromalloc.a \
+	      $(DESTDIR)$(PREFIX)/include/chromalloc.h $(DESTDIR)$(PREFIX)/bin/chromalloc \
+	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc.pc
+	rm -rf $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc
 
 clean:
 	rm -rf $(BUILD)

@@ -29,6 +29,10 @@ int chromalloc_stats_write(const char* path);
    EINVAL for an unknown name.  Enumerated options return their index (layout: 0 aware, 1 ciu). */
 long chromalloc_option(const char* name);
 
+/* The options table as tab-separated lines "name, default, accepted values, description"
+   (what `chromalloc options` prints).  Returns the full length, like snprintf. */
+size_t chromalloc_options_describe(char* buf, size_t size);
+
 /* Return free memory to the OS now (all delays skipped) for the calling thread and the global
    caches.  malloc_trim(0) does the same. */
 void chromalloc_collect(void);

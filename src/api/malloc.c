@@ -4,6 +4,7 @@
    Every entry point is a thin wrapper around the inline fast paths of core/alloc.h. */
 #include "../core/alloc.h"
 #include "../../include/chromalloc.h"
+#include "../core/buf.h"
 #include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -115,6 +116,13 @@ ca_export void chromalloc_collect(void) {
     _ca_segment_purge_expired(h, true);
   }
   _ca_segment_cache_purge(true);
+}
+
+ca_export size_t chromalloc_options_describe(char* buf, size_t size) {
+  _ca_ensure_init();
+  ca_buf_t b = ca_buf(buf, size);
+  _ca_options_describe(&b);
+  return b.len;
 }
 
 ca_export long chromalloc_option(const char* name) {
