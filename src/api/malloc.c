@@ -35,7 +35,10 @@ ca_export void* realloc(void* p, size_t n) {
   ca_segment_t* seg = _ca_segment_of(p);
   size_t have = _ca_usable_size(p);                    /* aborts on a pointer that is not ours */
   if (seg->kind == CA_SEG_LARGE) {
-    if (n > _ca_medium_limit && _ca_large_realloc(seg, p, n) != NULL) return p;
+    if (n > _ca_medium_limit) {
+      void* q = _ca_large_realloc(seg, p, n);
+      if (q != NULL) return q;
+    }
   } else if (n <= have && n >= have / 2) {
     return p;
   }

@@ -137,6 +137,7 @@ void     _ca_layout_span_shape(ca_span_t* s, uint32_t block_size);
 void*    _ca_os_map(size_t size);                           /* NULL + errno ENOMEM on failure */
 void*    _ca_os_map_aligned(size_t size, size_t align);
 void     _ca_os_unmap(void* p, size_t size);
+void*    _ca_os_remap(void* p, size_t old_size, size_t size);  /* 2 MiB-aligned result or NULL */
 void     _ca_os_purge(void* p, size_t size);                /* give pages back, keep the range */
 void     _ca_os_thp(void* p, size_t size, bool on);
 uint64_t _ca_clock_ms(void);

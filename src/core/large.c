@@ -46,16 +46,34 @@ void _ca_large_free(ca_segment_t* seg) {
   _ca_segment_large_free(seg);
 }
 
-/* In place when the mapping already has room and the block would not be mostly empty; otherwise
-   NULL (the caller moves it).  Shrinking gives the tail pages back to the OS. */
+/* Resize a large object without copying when it can: in place while the mapping has room
+   (shrinking gives whole tail pages back), else by growing the mapping where it lies, else by
+   moving its pages to a new 2 MiB-aligned place with mremap (page tables move, data does not).
+   NULL when none worked; the caller then copies. */
 void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
-  size_t have = seg->large_size;
-  if (n > have) return NULL;
-  if (n < have / 2 && have - n > CA_SEGMENT_SIZE) {
-    /* keep the object where it is and return whole pages past its new end */
-    uintptr_t keep = ((uintptr_t)p + n + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
-    uintptr_t end = (uintptr_t)seg + seg->size;
-    if (end > keep) _ca_os_purge((void*)keep, end - keep);
+  size_t off = (size_t)((uint8_t*)p - (uint8_t*)seg);
+  if (n <= seg->large_size) {
+    if (n < seg->large_size / 2 && seg->large_size - n > CA_SEGMENT_SIZE) {
+      uintptr_t keep = ((uintptr_t)p + n + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
+      uintptr_t end = (uintptr_t)seg + seg->size;
+      _ca_os_purge((void*)keep, end - keep);
+    }
+    return p;
   }
-  return p;
+  size_t need = (off + n + CA_SEGMENT_MASK) & ~CA_SEGMENT_MASK;
+  if (need < n || n > PTRDIFF_MAX) return NULL;
+  size_t old = seg->size;
+  ca_segment_t* moved = _ca_os_remap(seg, old, need);
+  if (moved == NULL) return NULL;
+  if (moved != seg) {
+    _ca_segmap_set(seg, false);
+    _ca_segmap_set(moved, true);
+    moved->cookie = (uintptr_t)moved ^ _ca_process.secret;
+    moved->large_ptr = (uint8_t*)moved + off;
+  }
+  moved->size = need;
+  moved->large_size = need - off;
+  _ca_stat_add(&_ca_stats.mapped_bytes, (int64_t)(need - old), &_ca_stats.mapped_peak);
+  _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)(need - old), &_ca_stats.large_peak_bytes);
+  return moved->large_ptr;
 }

@@ -1,6 +1,7 @@
 /* OS interface: the only file that talks to mmap/munmap/madvise, the clock, the random source
    and stderr.  Every helper keeps errno as the caller left it, except _ca_os_map which reports
    ENOMEM, so free() never changes errno.  Nothing here allocates. */
+#define _GNU_SOURCE
 #include "internal.h"
 #include "buf.h"
 #include <sched.h>
@@ -32,6 +33,24 @@ void* _ca_os_map_aligned(size_t size, size_t align) {
   if (tail > 0) munmap(a + size, tail);
   errno = e;
   return a;
+}
+
+/* Grow a 2 MiB-aligned mapping to `size` bytes: in place if the address space after it is free,
+   else moved (not copied) into a fresh aligned range.  NULL when neither works. */
+void* _ca_os_remap(void* p, size_t old_size, size_t size) {
+  int e = errno;
+  void* q = mremap(p, old_size, size, 0);
+  if (q != MAP_FAILED) { errno = e; return q; }
+  uint8_t* target = _ca_os_map_aligned(size, (size_t)1 << 21);
+  if (target == NULL || ((uintptr_t)target >> 47) != 0) {
+    if (target) munmap(target, size);
+    errno = e;
+    return NULL;
+  }
+  q = mremap(p, old_size, size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  if (q == MAP_FAILED) { munmap(target, size); errno = e; return NULL; }
+  errno = e;
+  return q;
 }
 
 void _ca_os_unmap(void* p, size_t size) {
