@@ -18,7 +18,7 @@ LIB_HDR = $(wildcard src/*/*.h include/*.h)
 SO      = $(BUILD)/libchromalloc.so
 AR_LIB  = $(BUILD)/libchromalloc.a
 
-.PHONY: all lib test demo bench clean install uninstall
+.PHONY: all lib test demo bench docs clean install uninstall
 all: lib
 
 lib: $(SO) $(AR_LIB)
@@ -56,6 +56,10 @@ uninstall:
 	      $(DESTDIR)$(PREFIX)/include/chromalloc.h $(DESTDIR)$(PREFIX)/bin/chromalloc \
 	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc.pc
 	rm -rf $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc
+
+# Regenerate the generated parts of the documentation.
+docs: lib
+	tools/chromalloc options --markdown --lib $(abspath $(SO)) > docs/options.md
 
 clean:
 	rm -rf $(BUILD)

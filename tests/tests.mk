@@ -33,3 +33,20 @@ test-unit: lib $(TEST_BINS)
 	for t in $(TEST_INTERNAL); do echo "== test_$$t (static, internal)"; $(TEST_BIN)/test_$$t-static; done
 
 test: test-unit
+
+# Real programs (python3, sqlite3, git, a C++ program) with and without LD_PRELOAD: same output.
+.PHONY: test-programs test-install test-docs
+test-programs: lib
+	CHROMALLOC_CHECK_STATS=1 BUILD_DIR=$(abspath $(TEST_BIN)) tests/programs/run.sh $(ABS_SO)
+
+# make install into a temporary prefix; build user programs with pkg-config and CMake.
+test-install: lib
+	tests/install/run.sh
+
+# docs/options.md is generated from the library's option table and must not drift.
+test-docs: lib
+	@tools/chromalloc options --markdown --lib $(ABS_SO) | diff -u docs/options.md - \
+	  && echo "PASS docs/options.md matches the option table" \
+	  || { echo "FAIL docs/options.md is stale: run 'make docs'"; exit 1; }
+
+test: test-programs test-install test-docs

@@ -82,7 +82,7 @@ static void value_text(ca_buf_t* b, const ca_option_desc_t* d, long v) {
 static void values_text(ca_buf_t* b, const ca_option_desc_t* d) {
   if (d->words == bool_words) { ca_buf_str(b, "0/1, on/off, true/false or yes/no"); return; }
   if (d->words != NULL) {
-    for (int i = 0; d->words[i] != NULL; i++) { if (i) ca_buf_char(b, '|'); ca_buf_str(b, d->words[i]); }
+    for (int i = 0; d->words[i] != NULL; i++) { if (i) ca_buf_char(b, '/'); ca_buf_str(b, d->words[i]); }
     return;
   }
   ca_buf_str(b, "an integer from ");
