@@ -58,12 +58,29 @@ static void purge_append(ca_heap_t* h, ca_span_t* s) {
 
 /* ---- mapping, cache -------------------------------------------------------------------------- */
 
+/* The cache keeps free segments mapped so the next one costs no system call.  What it holds
+   unpurged ("dirty") stays resident, so that is bounded: at most CA_CACHE_DIRTY_MIN bytes or an
+   eighth of the memory mapped for live segments, whichever is more; beyond that the oldest dirty
+   segments are purged at once instead of after purge_delay. */
+#define CA_CACHE_DIRTY_MIN ((size_t)16 << 20)
+static size_t        cache_dirty;          /* unpurged bytes in the cache */
+static size_t        cache_bytes;          /* all bytes in the cache */
+
 static uintptr_t segment_cookie(const ca_segment_t* seg) { return (uintptr_t)seg ^ _ca_process.secret; }
 
 static void segment_unmap(ca_segment_t* seg) {
   _ca_segmap_set(seg, false);
   _ca_stat_add(&_ca_stats.mapped_bytes, -(int64_t)seg->size, NULL);
   _ca_os_unmap(seg, seg->size);
+}
+
+/* Purge a cached segment (everything but its header page).  Cache lock held. */
+static void cache_purge_one(ca_segment_t* s) {
+  _ca_os_purge((uint8_t*)s + CA_HEADER_SIZE, s->size - CA_HEADER_SIZE);
+  s->purged = 1;
+  cache_dirty -= s->size;
+  _ca_stat_inc(&_ca_stats.purges, 1);
+  _ca_stat_inc(&_ca_stats.purged_bytes, s->size - CA_HEADER_SIZE);
 }
 
 /* Purge cached segments older than purge_delay (or all, when forced). */
@@ -76,14 +93,8 @@ void _ca_segment_cache_purge(bool force) {
   uint64_t next = UINT64_MAX;
   for (ca_segment_t* s = cache_first; s != NULL; s = s->next) {
     if (s->purged) continue;
-    if (force || s->cached_at + (uint64_t)delay <= now) {
-      _ca_os_purge((uint8_t*)s + CA_HEADER_SIZE, s->size - CA_HEADER_SIZE);
-      s->purged = 1;
-      _ca_stat_inc(&_ca_stats.purges, 1);
-      _ca_stat_inc(&_ca_stats.purged_bytes, s->size - CA_HEADER_SIZE);
-    } else if (s->cached_at + (uint64_t)delay < next) {
-      next = s->cached_at + (uint64_t)delay;
-    }
+    if (force || s->cached_at + (uint64_t)delay <= now) cache_purge_one(s);
+    else if (s->cached_at + (uint64_t)delay < next) next = s->cached_at + (uint64_t)delay;
   }
   atomic_store_explicit(&cache_next_purge, next, ca_relaxed);
   _ca_unlock(&cache_lock);
@@ -94,22 +105,29 @@ static void segment_cache_put(ca_segment_t* seg) {
   seg->spans[0].flags = CA_SPAN_UNUSED;               /* a free() into it is invalid */
   seg->cached_at = _ca_clock_ms();
   seg->purged = 0;
-  if (_ca_opt(CA_OPT_PURGE_DELAY) == 0) {
-    _ca_os_purge((uint8_t*)seg + CA_HEADER_SIZE, seg->size - CA_HEADER_SIZE);
-    seg->purged = 1;
-    _ca_stat_inc(&_ca_stats.purges, 1);
-    _ca_stat_inc(&_ca_stats.purged_bytes, seg->size - CA_HEADER_SIZE);
-  }
   ca_segment_t* evict = NULL;
   _ca_lock(&cache_lock);
   seg->prev = NULL; seg->next = cache_first;
   if (cache_first) cache_first->prev = seg;
   cache_first = seg;
+  cache_dirty += seg->size;
+  cache_bytes += seg->size;
+  if (_ca_opt(CA_OPT_PURGE_DELAY) == 0) cache_purge_one(seg);
   if (++cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) {
     evict = seg;                                      /* evict the oldest (the tail) */
     while (evict->next) evict = evict->next;
     if (evict->prev) evict->prev->next = NULL; else cache_first = NULL;
     cache_count--;
+    cache_bytes -= evict->size;
+    if (!evict->purged) cache_dirty -= evict->size;
+  }
+  size_t live = (size_t)atomic_load_explicit(&_ca_stats.mapped_bytes, ca_relaxed) - cache_bytes;
+  size_t budget = live / 8 > CA_CACHE_DIRTY_MIN ? live / 8 : CA_CACHE_DIRTY_MIN;
+  if (cache_dirty > budget) {
+    ca_segment_t* last = cache_first;
+    while (last && last->next) last = last->next;
+    for (ca_segment_t* s = last; s != NULL && cache_dirty > budget; s = s->prev)
+      if (!s->purged) cache_purge_one(s);
   }
   uint64_t due = seg->cached_at + (uint64_t)_ca_opt(CA_OPT_PURGE_DELAY);
   if (!seg->purged && due < atomic_load_explicit(&cache_next_purge, ca_relaxed))
@@ -119,7 +137,8 @@ static void segment_cache_put(ca_segment_t* seg) {
 }
 
 /* A mapping of `size` bytes (a multiple of 2 MiB, 2 MiB aligned): the smallest cached one that
-   is not more than twice as big, else a new mapping.  The header is left for the caller. */
+   is not more than twice as big (its unused dirty tail is purged), else a new mapping.  The
+   header is left for the caller. */
 static ca_segment_t* segment_map(size_t size, bool* fresh) {
   ca_segment_t* best = NULL;
   _ca_lock(&cache_lock);
@@ -129,9 +148,15 @@ static ca_segment_t* segment_map(size_t size, bool* fresh) {
     if (best->prev) best->prev->next = best->next; else cache_first = best->next;
     if (best->next) best->next->prev = best->prev;
     cache_count--;
+    cache_bytes -= best->size;
+    if (!best->purged) cache_dirty -= best->size;
   }
   _ca_unlock(&cache_lock);
-  if (best) { *fresh = false; return best; }
+  if (best) {
+    if (!best->purged && best->size > size) _ca_os_purge((uint8_t*)best + size, best->size - size);
+    *fresh = false;
+    return best;
+  }
   ca_segment_t* seg = _ca_os_map_aligned(size, CA_SEGMENT_SIZE);
   if (seg == NULL) return NULL;
   if (((uintptr_t)seg >> 47) != 0) {                  /* outside the segment map: give it back */
