@@ -50,3 +50,15 @@ test-docs: lib
 	  || { echo "FAIL docs/options.md is stale: run 'make docs'"; exit 1; }
 
 test: test-programs test-install test-docs
+
+# The stress tests again under settings that change the slow paths: no segment cache and
+# immediate purging, never purging, and the index-unfriendly layout.
+OPTION_SETS = segment_cache=0,purge_delay=0 purge_delay=-1,colour=0 layout=ciu,thp=1
+.PHONY: test-options
+test-options: lib $(TEST_BIN)/test_stress-plain $(TEST_BIN)/test_threads-plain $(TEST_BIN)/test_fork-plain
+	@set -e; for o in $(OPTION_SETS); do \
+	  echo "== stress, threads, fork with CHROMALLOC_OPTIONS=$$o"; \
+	  for t in stress threads fork; do CHROMALLOC_OPTIONS=$$o LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_$$t-plain; done; \
+	done
+
+test: test-options

@@ -17,10 +17,13 @@
 static ca_lock_t     cache_lock;
 static ca_segment_t* cache_first;          /* most recently cached first */
 static size_t        cache_count;
-static _Atomic(uint64_t) cache_next_purge; /* earliest time a cached segment needs purging */
+static _Atomic(uint64_t) cache_next_purge; /* earliest time a cached or abandoned segment
+                                               needs purging */
 
 static ca_lock_t     abandoned_lock;
 static ca_segment_t* abandoned_first;
+
+static uint64_t abandoned_purge(uint64_t now, bool force);
 
 /* ---- intrusive queues ------------------------------------------------------------------------ */
 
@@ -54,6 +57,16 @@ static void purge_append(ca_heap_t* h, ca_span_t* s) {
   s->next = NULL; s->prev = h->purge.last;
   if (h->purge.last) h->purge.last->next = s; else h->purge.first = s;
   h->purge.last = s;
+}
+
+/* Insert keeping the list in expiry order (adopted spans carry their own expiry time). */
+static void purge_insert(ca_heap_t* h, ca_span_t* s) {
+  ca_span_t* after = h->purge.last;
+  while (after != NULL && after->purge_at > s->purge_at) after = after->prev;
+  s->prev = after;
+  s->next = after ? after->next : h->purge.first;
+  if (s->next) s->next->prev = s; else h->purge.last = s;
+  if (after) after->next = s; else h->purge.first = s;
 }
 
 /* ---- mapping, cache -------------------------------------------------------------------------- */
@@ -96,8 +109,9 @@ void _ca_segment_cache_purge(bool force) {
     if (force || s->cached_at + (uint64_t)delay <= now) cache_purge_one(s);
     else if (s->cached_at + (uint64_t)delay < next) next = s->cached_at + (uint64_t)delay;
   }
-  atomic_store_explicit(&cache_next_purge, next, ca_relaxed);
   _ca_unlock(&cache_lock);
+  uint64_t abandoned_next = abandoned_purge(now, force);
+  atomic_store_explicit(&cache_next_purge, next < abandoned_next ? next : abandoned_next, ca_relaxed);
 }
 
 static void segment_cache_put(ca_segment_t* seg) {
@@ -262,9 +276,17 @@ void _ca_segment_purge_expired(ca_heap_t* h, bool force) {
 
 /* ---- abandon / reclaim ----------------------------------------------------------------------- */
 
-/* Called by an exiting thread after its spans were set to CA_DELAY_NEVER and emptied spans freed. */
+/* Called by an exiting thread after its spans were set to CA_DELAY_NEVER and emptied spans freed.
+   Free spans waiting to be purged keep their expiry time: whoever adopts the segment takes the
+   wait over (or the periodic purge does, see abandoned_purge), so a segment reused at once by
+   the next thread is not purged and faulted in again. */
 void _ca_segment_abandon(ca_heap_t* h) {
-  _ca_segment_purge_expired(h, true);
+  if (h->purge.first != NULL) {                         /* the list is in expiry order */
+    uint64_t due = h->purge.first->purge_at;
+    if (due < atomic_load_explicit(&cache_next_purge, ca_relaxed)) atomic_store_explicit(&cache_next_purge, due, ca_relaxed);
+  }
+  for (ca_span_t* s = h->purge.first, *next; s != NULL; s = next) { next = s->next; s->next = s->prev = NULL; }
+  h->purge.first = h->purge.last = NULL;
   h->segments[0].first = h->segments[0].last = NULL;
   h->segments[1].first = h->segments[1].last = NULL;
   ca_segment_t* seg = h->all.first;
@@ -286,6 +308,25 @@ void _ca_segment_abandon(ca_heap_t* h) {
   _ca_stat_inc(&_ca_stats.segments_abandoned, n);
 }
 
+/* Purge the expired free spans of segments nobody has adopted yet.  Returns the next expiry. */
+static uint64_t abandoned_purge(uint64_t now, bool force) {
+  uint64_t next = UINT64_MAX;
+  _ca_lock(&abandoned_lock);
+  for (ca_segment_t* seg = abandoned_first; seg != NULL; seg = seg->all_next)
+    for (uint32_t i = 0; i < seg->span_count; i++) {
+      ca_span_t* s = &seg->spans[i];
+      if (s->purge_at == 0) continue;
+      if (force || s->purge_at <= now) {
+        _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
+        _ca_stat_inc(&_ca_stats.purges, 1);
+        _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
+        s->purge_at = 0;
+      } else if (s->purge_at < next) next = s->purge_at;
+    }
+  _ca_unlock(&abandoned_lock);
+  return next;
+}
+
 /* Adopt abandoned segments until one has a free span (or none are left).  Returns true when
    anything was adopted: their live spans are now in h's queues. */
 bool _ca_segment_reclaim(ca_heap_t* h) {
@@ -303,10 +344,13 @@ bool _ca_segment_reclaim(ca_heap_t* h) {
     atomic_store_explicit(&seg->owner, h, ca_release);
     all_push(&h->all, seg);
     if (seg->spans_used < seg->span_count) segq_push(&h->segments[seg->kind], seg);
+    for (uint32_t i = 0; i < seg->span_count; i++)      /* take over pending purges */
+      if ((seg->spans[i].flags & CA_SPAN_UNUSED) && seg->spans[i].purge_at != 0) purge_insert(h, &seg->spans[i]);
     _ca_stat_inc(&_ca_stats.segments_reclaimed, 1);
-    /* adopt live spans; free the ones that emptied meanwhile (this may release the segment) */
-    uint32_t live = seg->spans_used;
-    for (uint32_t i = 0; i < seg->span_count && live > 0; i++) {
+    /* adopt live spans; free the ones that emptied meanwhile.  Freeing the last one releases
+       (and may unmap) the segment, so `live` is tested before the segment is read again. */
+    uint32_t live = seg->spans_used, count = seg->span_count;
+    for (uint32_t i = 0; live > 0 && i < count; i++) {
       ca_span_t* s = &seg->spans[i];
       if (s->flags & CA_SPAN_UNUSED) continue;
       live--;

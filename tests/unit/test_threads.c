@@ -50,6 +50,6 @@ int main(void) {
   long long mapped = stats_value("segments", "mapped_total") - mapped0;
   fprintf(stderr, "leave: %lld segments reclaimed, %lld mapped over 50 rounds\n", reclaimed, mapped);
   CHECK(reclaimed >= 40);
-  CHECK(mapped <= 4);
+  if (chromalloc_option("segment_cache") > 0) CHECK(mapped <= 4);   /* without a cache: remapped */
   return check_done("test_threads");
 }
