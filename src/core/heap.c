@@ -191,7 +191,7 @@ void _ca_heap_init(ca_heap_t* h) {
   h->rng = _ca_process.seed ^ ((uintptr_t)h * 0x9E3779B97F4A7C15ull);
   if (h->rng == 0) h->rng = 0x2545F4914F6CDD1Dull;
   for (uint32_t c = 0; c < _ca_class_count; c++)
-    h->colour[c] = (uint16_t)_ca_layout_first_colour(_ca_class_size[c], &h->rng);
+    h->colour[c] = _ca_layout_first_colour(_ca_class_size[c], &h->rng);
 }
 
 /* A heap for a new thread: a pooled one, or a fresh page.  The registry is never shrunk. */

@@ -129,7 +129,7 @@ extern size_t   _ca_medium_limit;          /* largest size served by a span */
 void     _ca_layout_init(void);
 static inline uint32_t _ca_size_class(size_t n) { return _ca_class_of_w[(n + CA_MIN_ALIGN - 1) / CA_MIN_ALIGN]; }
 uint32_t _ca_layout_first_colour(uint32_t block_size, uint64_t* rng);
-uint32_t _ca_layout_span_offset(uint32_t block_size, size_t span_bytes, uint16_t* colour, uint64_t* rng);
+uint32_t _ca_layout_span_offset(uint32_t block_size, size_t span_bytes, uint32_t* colour, uint64_t* rng);
 size_t   _ca_layout_large_offset(uint64_t* rng);
 void     _ca_layout_span_shape(ca_span_t* s, uint32_t block_size);
 

@@ -14,10 +14,14 @@
      the span's slack, drawn from a per-process seeded generator, only to keep threads and
      processes apart.  When it holds less (big blocks: 15 blocks of 4112 bytes cover 4 sets),
      random offsets would leave sets unused, so each new span of a class *continues* the
-     position where the heap's previous span of that class ended, from a random per-heap start:
-     a heap's spans of one class then cover P like one contiguous array (glibc's heap does this
-     by accident).  When the continued offset does not fit in the slack the span gives up one
-     block (about 0.5% of memory for those classes on average).
+     arithmetic progression of the heap's previous span of that class: it starts at
+     `stride - slack`, where the previous one stopped one stride short of its end.  A heap's
+     spans of a class then cover the sets like one contiguous array (glibc's heap does this by
+     accident), and when they are adjacent in memory, as spans handed out in a row are, the
+     blocks keep one exact stride, which the hardware prefetcher follows when a program walks
+     them in address order (a 4 KiB-modular continuation measured 35-55% slower to chase).
+     The price is one block's worth of bytes per span boundary for those classes.  The
+     progression starts at a random offset per heap and class.
    - large objects start at a random cache line of their first page (jemalloc's
      "cache-oblivious" large placement).
 
@@ -84,32 +88,32 @@ static uint32_t offset_unit(uint32_t block_size) {
   return gcd32(block_size, line);
 }
 
-/* A random start position (bytes into the cache page) for a heap's first span of a class. */
+/* A random start offset (bytes, below the stride) for a heap's first span of a class. */
 uint32_t _ca_layout_first_colour(uint32_t block_size, uint64_t* rng) {
   if (!colours_on()) return 0;
-  uint32_t page = _ca_machine.l1d.line * _ca_machine.l1d.sets, unit = offset_unit(block_size);
-  return (uint32_t)(next_rand(rng) % (page / unit)) * unit;
+  uint32_t unit = offset_unit(block_size);
+  return (uint32_t)(next_rand(rng) % (block_size / unit)) * unit;
 }
 
-/* Offset (bytes) of the first block from the span base; *colour is the heap's continuing
-   position for the class and is advanced past this span. */
-uint32_t _ca_layout_span_offset(uint32_t block_size, size_t span_bytes, uint16_t* colour, uint64_t* rng) {
+/* Offset (bytes) of the first block from the span base.  *colour is the heap's offset for the
+   class's next span and is advanced past this span. */
+uint32_t _ca_layout_span_offset(uint32_t block_size, size_t span_bytes, uint32_t* colour, uint64_t* rng) {
   if (!colours_on()) return 0;
   uint32_t line = _ca_machine.l1d.line;
   uint32_t page = line * _ca_machine.l1d.sets;
   size_t cycle = page / gcd32(page, block_size);       /* blocks until start positions repeat */
-  size_t fit = span_bytes / block_size;
-  if (fit >= cycle) {
+  if (span_bytes / block_size >= cycle) {
     /* the span alone covers every set: a random line inside the slack, for diversity only */
     size_t lines = (span_bytes % block_size) / line + 1;
     if (lines > 16) lines = 16;
     return (uint32_t)(next_rand(rng) % lines) * line;
   }
   uint32_t off = *colour;
-  size_t n = (span_bytes - off) / block_size;           /* may be fit - 1: one block given up */
-  *colour = (uint16_t)((off + n * block_size) % page);
+  size_t slack = (span_bytes - off) % block_size;
+  *colour = (uint32_t)((block_size - slack) % block_size);
   return off;
 }
+
 size_t _ca_layout_large_offset(uint64_t* rng) {
   if (!colours_on()) return 0;
   uint32_t line = _ca_machine.l1d.line;
