@@ -161,7 +161,7 @@ struct ca_heap_s {
   ca_segment_queue_t   all;                     /* every segment this heap owns */
   ca_span_queue_t      purge;                   /* free spans waiting to be purged (FIFO) */
   uint64_t             rng;                     /* xorshift state: span colours */
-  uint32_t             colour[CA_CLASS_MAX];    /* next span's start offset per class */
+  uint32_t             colour[CA_CLASS_MAX];    /* next span's first-block offset per class */
   uint64_t             generic_calls;
   ca_class_count_t     counts[CA_CLASS_MAX];
   /* registry fields: written only under the registry lock, never cleared by heap init */

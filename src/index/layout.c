@@ -20,8 +20,15 @@
      accident), and when they are adjacent in memory, as spans handed out in a row are, the
      blocks keep one exact stride, which the hardware prefetcher follows when a program walks
      them in address order (a 4 KiB-modular continuation measured 35-55% slower to chase).
-     The price is one block's worth of bytes per span boundary for those classes.  The
-     progression starts at a random offset per heap and class.
+     The price is one block's worth of bytes per span boundary for those classes: the
+     position of the block that would straddle the boundary is skipped.  That position is
+     `page - slack`, and since spans are a multiple of the cache page the slack moves by
+     `span mod stride` from one span to the next; a class where that is less than a line and
+     whose index cycle crosses as many span boundaries as a set has positions (1040-byte
+     blocks: 65536 = 63 x 1040 + 16, five crossings, four positions per set) would skip
+     neighbouring positions until a set is empty, so such a class is widened by another 16
+     bytes (1024 -> 1056).
+     The progression starts at a random offset per heap and class.
    - large objects start at a random cache line of their first page (jemalloc's
      "cache-oblivious" large placement).
 
@@ -58,7 +65,15 @@ void _ca_layout_init(void) {
   uint32_t n = 0;
   for (uint32_t i = 0; i < nb; i++) {
     uint32_t s = base[i];
-    if (aware) while (gcd32(page, s) > line) s += CA_MIN_ALIGN;
+    size_t span = base[i] <= CA_SMALL_MAX ? (size_t)1 << CA_SMALL_SHIFT : (size_t)1 << CA_MEDIUM_SHIFT;
+    while (aware) {
+      if (gcd32(page, s) > line) { s += CA_MIN_ALIGN; continue; }
+      /* a cycle of blocks crosses `crossings` span boundaries; a set holds `per_set` positions */
+      size_t cycle = page / gcd32(page, s), fit = span / s, d = span % s;
+      size_t crossings = cycle / fit + 1, per_set = line / gcd32(page, s);
+      if (fit < cycle && crossings >= per_set && (d < line || s - d < line)) { s += CA_MIN_ALIGN; continue; }
+      break;
+    }
     if (n > 0 && s <= _ca_class_size[n - 1]) continue;
     _ca_class_size[n++] = s;
   }
