@@ -57,6 +57,22 @@ uninstall:
 	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc.pc
 	rm -rf $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc
 
+# Benchmarks against glibc, jemalloc, mimalloc and tcmalloc (installed from Debian packages by
+# the runner): CSV, JSON and PNG in bench/results/.  About 8 minutes; see bench/README.md.
+bench: lib
+	python3 bench/run.py all
+
+# A short tour: the index benchmark at a few sizes (chromalloc, its index-unfriendly layout and
+# whichever peers are installed), then python3 running a bundled workload under chromalloc with
+# its statistics report.
+demo: lib
+	@echo "== index benchmark: 256 blocks per size, distinct L1 sets and ns per step of an address-ordered chase"
+	@python3 bench/run.py index --reps 1 --step 496 --out $(BUILD)/demo \
+	  --allocators $$(python3 tools/demo_allocators.py) | sed -n '/^Index:/,$$p'
+	@echo
+	@echo "== python3 running tools/demo_workload.py under chromalloc (PYTHONMALLOC=malloc: every object through malloc)"
+	@PYTHONMALLOC=malloc tools/chromalloc run --report --lib $(abspath $(SO)) -- python3 tools/demo_workload.py
+
 # Regenerate the generated parts of the documentation.
 docs: lib
 	tools/chromalloc options --markdown --lib $(abspath $(SO)) > docs/options.md
