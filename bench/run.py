@@ -755,7 +755,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Outputs go to bench/results/; see bench/README.md.")
     ap.add_argument("mode", choices=["suite", "index", "all"])
-    ap.add_argument("--reps", type=int, help="repetitions (default: 5 for suite, 3 for index)")
+    ap.add_argument("--reps", type=int, help="repetitions (default: 7 for suite, 3 for index)")
     ap.add_argument("--only", help="suite: comma-separated benchmarks (default: all of "
                     + ",".join(SUITE) + ")")
     ap.add_argument("--step", type=int, default=16, help="index: size step, 16..4096 (default 16)")
@@ -799,7 +799,7 @@ def main():
     if args.mode in ("suite", "all"):
         suite_allocs = [a for a in usable if not a.index_only]
         suite_broken = {n: r for n, r in broken.items() if not table[n].index_only}
-        ok &= run_suite(suite_allocs, suite_broken, benches, args.reps or 5, meta)
+        ok &= run_suite(suite_allocs, suite_broken, benches, args.reps or 7, meta)
     if args.mode in ("index", "all"):
         ok &= run_index(usable, broken, args.reps or 3, args.step, meta)
     if not ok:
