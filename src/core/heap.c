@@ -7,6 +7,7 @@
    Heaps are never unmapped: a thread that exits returns its heap to a pool for the next thread,
    so a remote thread holding a heap pointer never reads freed memory. */
 #include "internal.h"
+#include "queue.h"
 
 ca_span_t _ca_span_empty = { .flags = CA_SPAN_UNUSED };
 ca_heap_t _ca_heap_empty = { .direct = { [0 ... CA_DIRECT_N - 1] = &_ca_span_empty } };
@@ -16,22 +17,6 @@ static ca_lock_t  registry_lock;
 static ca_heap_t* registry_first;
 
 /* ---- span queues ------------------------------------------------------------------------------ */
-
-static void queue_push_front(ca_span_queue_t* q, ca_span_t* s) {
-  s->prev = NULL; s->next = q->first;
-  if (q->first) q->first->prev = s; else q->last = s;
-  q->first = s;
-}
-static void queue_push_back(ca_span_queue_t* q, ca_span_t* s) {
-  s->next = NULL; s->prev = q->last;
-  if (q->last) q->last->next = s; else q->first = s;
-  q->last = s;
-}
-static void queue_remove(ca_span_queue_t* q, ca_span_t* s) {
-  if (s->prev) s->prev->next = s->next; else q->first = s->next;
-  if (s->next) s->next->prev = s->prev; else q->last = s->prev;
-  s->next = s->prev = NULL;
-}
 
 /* Point the direct entries of class c at the first span of its queue. */
 static void direct_update(ca_heap_t* h, uint32_t c) {
@@ -46,7 +31,7 @@ static void direct_update(ca_heap_t* h, uint32_t c) {
 void _ca_heap_queue_remove(ca_heap_t* h, ca_span_t* s) {
   uint32_t c = (s->flags & CA_SPAN_FULL) ? CA_CLASS_FULL : s->sclass;
   bool was_first = h->queues[c].first == s;
-  queue_remove(&h->queues[c], s);
+  spanq_remove(&h->queues[c], s);
   if (was_first && c != CA_CLASS_FULL) direct_update(h, c);
 }
 
@@ -55,17 +40,17 @@ void _ca_heap_queue_remove(ca_heap_t* h, ca_span_t* s) {
 static void span_to_full(ca_heap_t* h, ca_span_t* s) {
   _ca_heap_queue_remove(h, s);
   s->flags |= CA_SPAN_FULL;
-  queue_push_back(&h->queues[CA_CLASS_FULL], s);
+  spanq_push_back(&h->queues[CA_CLASS_FULL], s);
   _ca_span_set_delay(s, CA_DELAY_USE, false);
   /* a remote free may have landed before the state changed: it would wait unseen */
   if ((atomic_load_explicit(&s->thread_free, ca_acquire) & ~CA_DELAY_MASK) != 0) _ca_heap_span_unfull(h, s);
 }
 
 void _ca_heap_span_unfull(ca_heap_t* h, ca_span_t* s) {
-  queue_remove(&h->queues[CA_CLASS_FULL], s);
+  spanq_remove(&h->queues[CA_CLASS_FULL], s);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
   _ca_span_set_delay(s, CA_DELAY_NONE, false);
-  queue_push_back(&h->queues[s->sclass], s);
+  spanq_push_back(&h->queues[s->sclass], s);
   if (h->queues[s->sclass].first == s) direct_update(h, s->sclass);
 }
 
@@ -121,7 +106,7 @@ static ca_span_t* queue_find(ca_heap_t* h, uint32_t c) {
     ca_span_t* next = s->next;
     span_refill(h, s);
     if (s->free != NULL) {
-      if (q->first != s) { queue_remove(q, s); queue_push_front(q, s); direct_update(h, c); }
+      if (q->first != s) { spanq_remove(q, s); spanq_push_front(q, s); direct_update(h, c); }
       return s;
     }
     span_to_full(h, s);
@@ -141,7 +126,7 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   _ca_span_init(h, s, c);
   _ca_span_extend(s);
   s->installed = s->capacity;
-  queue_push_front(&h->queues[c], s);
+  spanq_push_front(&h->queues[c], s);
   direct_update(h, c);
   return s;
 }
@@ -176,7 +161,7 @@ void _ca_heap_adopt_span(ca_heap_t* h, ca_span_t* s) {
     _ca_segment_span_free(h, s);
     return;
   }
-  queue_push_back(&h->queues[s->sclass], s);
+  spanq_push_back(&h->queues[s->sclass], s);
   if (h->queues[s->sclass].first == s) direct_update(h, s->sclass);
 }
 
@@ -235,7 +220,7 @@ static void for_each_span(ca_heap_t* h, void (*fn)(ca_heap_t*, ca_span_t*)) {
 static void span_never(ca_heap_t* h, ca_span_t* s) { (void)h; _ca_span_set_delay(s, CA_DELAY_NEVER, false); }
 static void span_leave(ca_heap_t* h, ca_span_t* s) {
   uint32_t c = (s->flags & CA_SPAN_FULL) ? CA_CLASS_FULL : s->sclass;
-  queue_remove(&h->queues[c], s);
+  spanq_remove(&h->queues[c], s);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
   _ca_span_collect(s);
   _ca_stats_span_settle(h, s, list_length(s->free));

@@ -13,6 +13,7 @@
    per 2 MiB, never per block. */
 #include "internal.h"
 #include "hooks.h"
+#include "queue.h"
 
 static ca_lock_t     cache_lock;
 static ca_segment_t* cache_first;          /* most recently cached first */
@@ -25,38 +26,9 @@ static ca_segment_t* abandoned_first;
 
 static uint64_t abandoned_purge(uint64_t now, bool force);
 
-/* ---- intrusive queues ------------------------------------------------------------------------ */
-
-static void segq_push(ca_segment_queue_t* q, ca_segment_t* s) {
-  s->prev = NULL; s->next = q->first;
-  if (q->first) q->first->prev = s; else q->last = s;
-  q->first = s;
-}
-static void segq_remove(ca_segment_queue_t* q, ca_segment_t* s) {
-  if (s->prev) s->prev->next = s->next; else q->first = s->next;
-  if (s->next) s->next->prev = s->prev; else q->last = s->prev;
-  s->next = s->prev = NULL;
-}
-static void all_push(ca_segment_queue_t* q, ca_segment_t* s) {
-  s->all_prev = NULL; s->all_next = q->first;
-  if (q->first) q->first->all_prev = s; else q->last = s;
-  q->first = s;
-}
-static void all_remove(ca_segment_queue_t* q, ca_segment_t* s) {
-  if (s->all_prev) s->all_prev->all_next = s->all_next; else q->first = s->all_next;
-  if (s->all_next) s->all_next->all_prev = s->all_prev; else q->last = s->all_prev;
-  s->all_next = s->all_prev = NULL;
-}
 static void purge_remove(ca_heap_t* h, ca_span_t* s) {
-  if (s->prev) s->prev->next = s->next; else h->purge.first = s->next;
-  if (s->next) s->next->prev = s->prev; else h->purge.last = s->prev;
-  s->next = s->prev = NULL;
+  spanq_remove(&h->purge, s);
   s->purge_at = 0;
-}
-static void purge_append(ca_heap_t* h, ca_span_t* s) {
-  s->next = NULL; s->prev = h->purge.last;
-  if (h->purge.last) h->purge.last->next = s; else h->purge.first = s;
-  h->purge.last = s;
 }
 
 /* Insert keeping the list in expiry order (adopted spans carry their own expiry time). */
@@ -207,8 +179,8 @@ static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
     s->flags = CA_SPAN_UNUSED;
   }
   atomic_store_explicit(&seg->owner, h, ca_release);
-  all_push(&h->all, seg);
-  segq_push(&h->segments[kind], seg);
+  allq_push_front(&h->all, seg);
+  segq_push_front(&h->segments[kind], seg);
   _ca_stat_add(&_ca_stats.segments, 1, &_ca_stats.segments_peak);
   return seg;
 }
@@ -217,7 +189,7 @@ static void segment_release(ca_heap_t* h, ca_segment_t* seg) {
   for (uint32_t i = 0; i < seg->span_count; i++)
     if (seg->spans[i].purge_at != 0) purge_remove(h, &seg->spans[i]);
   segq_remove(&h->segments[seg->kind], seg);
-  all_remove(&h->all, seg);
+  allq_remove(&h->all, seg);
   _ca_stat_add(&_ca_stats.segments, -1, NULL);
   segment_cache_put(seg);
 }
@@ -247,7 +219,7 @@ void _ca_segment_span_free(ca_heap_t* h, ca_span_t* s) {
   s->free = s->local_free = NULL;
   s->capacity = 0;
   CA_HOOK(span_released, _ca_span_base(seg, s), _ca_span_bytes(seg, s), s->flavour);
-  if (seg->spans_used-- == seg->span_count) segq_push(&h->segments[seg->kind], seg);
+  if (seg->spans_used-- == seg->span_count) segq_push_front(&h->segments[seg->kind], seg);
   if (seg->spans_used == 0) { segment_release(h, seg); return; }
   long delay = _ca_opt(CA_OPT_PURGE_DELAY);
   if (delay == 0) {
@@ -256,7 +228,7 @@ void _ca_segment_span_free(ca_heap_t* h, ca_span_t* s) {
     _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
   } else if (delay > 0) {
     s->purge_at = _ca_clock_ms() + (uint64_t)delay;
-    purge_append(h, s);
+    spanq_push_back(&h->purge, s);
   }
   _ca_segment_cache_purge(false);
 }
@@ -342,8 +314,8 @@ bool _ca_segment_reclaim(ca_heap_t* h) {
     seg->abandoned = 0;
     seg->all_next = seg->all_prev = NULL;
     atomic_store_explicit(&seg->owner, h, ca_release);
-    all_push(&h->all, seg);
-    if (seg->spans_used < seg->span_count) segq_push(&h->segments[seg->kind], seg);
+    allq_push_front(&h->all, seg);
+    if (seg->spans_used < seg->span_count) segq_push_front(&h->segments[seg->kind], seg);
     for (uint32_t i = 0; i < seg->span_count; i++)      /* take over pending purges */
       if ((seg->spans[i].flags & CA_SPAN_UNUSED) && seg->spans[i].purge_at != 0) purge_insert(h, &seg->spans[i]);
     _ca_stat_inc(&_ca_stats.segments_reclaimed, 1);

@@ -62,6 +62,18 @@ static inline long long stats_value(const char* object, const char* key) {
   return k ? atoll(k + strlen(pat)) : -1;
 }
 
+/* Read fd to its end into buf (NUL-terminated), close it, and wait for pid: its status. */
+static inline int collect_child(int fd, pid_t pid, char* buf, size_t len) {
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < len && (r = read(fd, buf + n, len - 1 - n)) > 0) n += (size_t)r;
+  buf[n] = 0;
+  close(fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
 /* Run fn() in a child with stderr captured into `err` (NUL-terminated); returns the wait status. */
 static inline int run_child(void (*fn)(void*), void* arg, char* err, size_t errlen) {
   int fds[2];
@@ -75,14 +87,7 @@ static inline int run_child(void (*fn)(void*), void* arg, char* err, size_t errl
     _exit(0);
   }
   close(fds[1]);
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
-  err[n] = 0;
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return status;
+  return collect_child(fds[0], pid, err, errlen);
 }
 
 static inline size_t rss_bytes(void) {

@@ -75,14 +75,7 @@ static int exec_self(const char* mode, const char* options, const char* stats, c
     _exit(127);
   }
   close(fds[1]);
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < outlen && (r = read(fds[0], out + n, outlen - 1 - n)) > 0) n += (size_t)r;
-  out[n] = 0;
-  close(fds[0]);
-  int status;
-  waitpid(pid, &status, 0);
-  return status;
+  return collect_child(fds[0], pid, out, outlen);
 }
 
 static int child_mode(const char* mode) {
