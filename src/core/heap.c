@@ -118,7 +118,7 @@ static ca_span_t* queue_find(ca_heap_t* h, uint32_t c) {
 static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   ca_span_t* s = queue_find(h, c);
   if (s != NULL) return s;
-  ca_segment_kind_t kind = _ca_class_size[c] <= CA_SMALL_MAX + CA_MIN_ALIGN ? CA_SEG_SMALL : CA_SEG_MEDIUM;
+  ca_segment_kind_t kind = (ca_segment_kind_t)_ca_class_kind[c];
   /* before taking a new span, adopt what exited threads left: it may hold this class */
   if (h->segments[kind].first == NULL && _ca_segment_reclaim(h) && (s = queue_find(h, c)) != NULL) return s;
   s = _ca_segment_span_alloc(h, kind);

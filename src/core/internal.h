@@ -124,6 +124,7 @@ void _ca_machine_init(void);
 /* ---- size classes and placement (index/layout.c) ------------------------------------------ */
 extern uint32_t _ca_class_size[CA_CLASS_MAX];
 extern uint32_t _ca_class_count;
+extern uint8_t  _ca_class_kind[CA_CLASS_MAX];     /* CA_SEG_SMALL or CA_SEG_MEDIUM spans */
 extern uint8_t  _ca_class_of_w[];          /* (size + 15) / 16 -> class, sizes <= _ca_medium_limit */
 extern size_t   _ca_medium_limit;          /* largest size served by a span */
 void     _ca_layout_init(void);
@@ -140,7 +141,8 @@ void     _ca_os_unmap(void* p, size_t size);
 void*    _ca_os_remap(void* p, size_t old_size, size_t size);  /* 2 MiB-aligned result or NULL */
 void     _ca_os_purge(void* p, size_t size);                /* give pages back, keep the range */
 void     _ca_os_thp(void* p, size_t size, bool on);
-uint64_t _ca_clock_ms(void);
+uint64_t _ca_clock_ms(void);                                /* coarse, cheap */
+uint64_t _ca_clock_ns(void);
 void     _ca_os_random(void* buf, size_t len);
 size_t   _ca_os_rss_peak(void);                             /* bytes, from getrusage */
 size_t   _ca_os_rss_now(void);                              /* bytes, from /proc/self/statm */

@@ -38,6 +38,7 @@
 #include "../core/internal.h"
 
 uint32_t _ca_class_size[CA_CLASS_MAX];
+uint8_t  _ca_class_kind[CA_CLASS_MAX];
 uint32_t _ca_class_count;
 uint8_t  _ca_class_of_w[(CA_MEDIUM_MAX + 64) / CA_MIN_ALIGN + 1];
 size_t   _ca_medium_limit;
@@ -75,6 +76,7 @@ void _ca_layout_init(void) {
       break;
     }
     if (n > 0 && s <= _ca_class_size[n - 1]) continue;
+    _ca_class_kind[n] = base[i] <= CA_SMALL_MAX ? CA_SEG_SMALL : CA_SEG_MEDIUM;
     _ca_class_size[n++] = s;
   }
   _ca_class_count = n;
