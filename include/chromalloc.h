@@ -37,6 +37,19 @@ size_t chromalloc_options_describe(char* buf, size_t size);
    caches.  malloc_trim(0) does the same. */
 void chromalloc_collect(void);
 
+/* ---- cache colours ----------------------------------------------------------------------- */
+
+#define CHROMALLOC_CALIBRATE_QUICK    1   /* skip the pool and agreement measurements */
+#define CHROMALLOC_CALIBRATE_JSON     2   /* summary as JSON (the profile) instead of text */
+#define CHROMALLOC_CALIBRATE_NO_SAVE  4   /* do not write the profile */
+
+/* Measure how this machine's cache colours can be controlled (what `chromalloc calibrate`
+   runs: seconds), write a readable summary (or JSON) into summary[len], and save the profile
+   to `profile` (NULL: the default path, see docs/colours.md).  Returns 0 when colours are
+   usable here, -1 when they are not (the summary says why), -2 when the profile could not be
+   written. */
+int chromalloc_calibrate(const char* profile, int flags, char* summary, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,6 +78,12 @@ uint64_t _ca_clock_ms(void) {
   return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
+uint64_t _ca_clock_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 void _ca_os_random(void* buf, size_t len) {
   int e = errno;
   if (getrandom(buf, len, GRND_NONBLOCK) != (ssize_t)len) {

@@ -1,0 +1,152 @@
+/* The colour layer: which cache sets a page's lines go to, measured from user space, and pools
+   of pages sorted by that.
+
+   A *colour* of a physically indexed cache level is the group of sets that one 4 KiB page
+   maps to: an 8-way 1 MiB L2 with 64-byte lines has 2048 sets = 32 groups of 64, so 32
+   colours, and pages of different colours never compete for L2 space.  On bare metal a page's
+   colour is a few bits of its physical address; in this VM the host backs guest memory with
+   4 KiB pages, so neither virtual addresses, guest huge pages nor /proc/self/pagemap say
+   anything about it.  What does work is timing (../shared/experiments/l2colour):
+
+     probe.c      time a dependent chase over the 64 lines of a reference page R after touching
+                  a group of other pages: a slow chase means the group evicted R from the level.
+                  Everything above the probe sees only "does S evict R?", so tests replace it
+                  with a simulated cache (tests/unit/test_colour.c).
+     evset.c      reduce a large group that evicts R to a minimal eviction set of `ways` pages
+                  (group testing, Vila et al. S&P'19).  The pages of a minimal set share R's
+                  colour, so a set *is* a colour: a page is of colour c when set c evicts it.
+     calibrate.c  decide how colours can be controlled here (address bits, pagemap frames or
+                  timing; the first two are tried and verified by timing before being trusted),
+                  find the thresholds, discover every colour of the level (and thereby how many
+                  there are), measure cost and agreement; `chromalloc calibrate` prints this and
+                  saves it as the machine profile (profile.c).
+     pool.c       pages classified by colour, kept in a pool region; handed to spans by moving
+                  them (mremap keeps the frame) and taken back when spans are freed, so no frame
+                  whose colour was paid for is lost.  A background thread classifies pages
+                  lazily, as the requested colour sets need them.
+     recolour.c   move a live page to a frame of another colour: write-protect, copy, remap;
+                  threads touching it meanwhile wait in the fault handler (trap.c).
+     colourset.c  the public colour sets ("colours from/den to to/den of L2"), the flavours
+                  the core allocates from, and the hooks that fill spans with pooled pages.
+
+   Colour sets are slices of a level, never colour counts, so a policy written for "1/8 of the
+   L2" works whether the level has 16 or 64 colours.  When colours cannot be controlled (no
+   level measurable, timing too noisy, calibration failed), the layer says so once and every
+   coloured request is served with ordinary memory. */
+#ifndef CA_COLOUR_H
+#define CA_COLOUR_H
+
+#include "../core/internal.h"
+#include "../core/buf.h"
+
+#pragma GCC visibility push(hidden)
+
+#define CA_COLOURS_MAX    64      /* colours of one level we can tell apart (a 64-bit mask) */
+#define CA_WAYS_MAX       32
+#define CA_COLOUR_SETS    15      /* public colour sets (flavours 1..15) */
+
+/* ---- the probe: does touching pages[0..n) evict page r from the level? ------------------- */
+typedef struct ca_probe_s ca_probe_t;
+struct ca_probe_s {
+  bool (*evicts)(ca_probe_t* p, void* r, void* const* pages, size_t n);
+  void (*prepare)(ca_probe_t* p, void* r);          /* make r a reference (may write to it) */
+  /* optional: re-place the threshold from known eviction sets (refs[i] is evicted by the `ways`
+     pages of sets[i]), which is what every later test looks like */
+  void (*recalibrate)(ca_probe_t* p, void* const* refs, void* const (*sets)[CA_WAYS_MAX], size_t n, size_t ways);
+  uint64_t tests;                                   /* number of evicts() calls */
+};
+
+/* The timing probe of this machine (probe.c). */
+typedef struct ca_timing_probe_s {
+  ca_probe_t base;
+  uint32_t   threshold;       /* ticks of a 64-line chase: above = evicted */
+  uint32_t   hit_ticks;       /* median chase when r stays in the level */
+  uint32_t   miss_ticks;      /* median chase after streaming twice the level's size */
+  int        reps, passes;
+  uint32_t   last_ticks;      /* median of the last test (diagnostics) */
+} ca_timing_probe_t;
+
+bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes);
+uint64_t _ca_ticks(void);
+double   _ca_ticks_per_us(void);
+
+/* ---- eviction sets (evset.c) ----------------------------------------------------------------- */
+int  _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t* rng);
+
+/* ---- colours of one level (calibrate.c) ------------------------------------------------------ */
+typedef struct ca_colour_map_s {
+  uint32_t ways;                               /* pages in a minimal eviction set */
+  uint32_t ncolours;                           /* colours discovered so far */
+  void*    ref[CA_COLOURS_MAX];                /* a page of each colour (a probe reference) */
+  void*    set[CA_COLOURS_MAX][CA_WAYS_MAX];   /* its eviction set: `ways` pages of that colour */
+} ca_colour_map_t;
+
+/* pages to calibrate with; reserved = part of a set or a reference, never handed out.  While
+   colours are discovered each page remembers its colour (-1: none of the first `tested`). */
+typedef struct ca_page_source_s {
+  uint8_t* base;
+  void**   pages;
+  uint8_t* reserved;
+  int8_t*  colour;
+  uint8_t* tested;
+  size_t   npages;
+} ca_page_source_t;
+
+typedef struct ca_discovery_stats_s {
+  uint64_t set_builds, set_failures, duplicates;
+  uint64_t set_build_ns, discover_ns;
+} ca_discovery_stats_t;
+
+bool     _ca_page_source_init(ca_page_source_t* src, size_t npages);
+void     _ca_page_source_free(ca_page_source_t* src);
+int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
+int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask);
+uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
+                             uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
+                             ca_discovery_stats_t* st);
+bool     _ca_colour_try_address_bits(ca_probe_t* p, uint32_t ways, bool* backed);
+bool     _ca_colour_try_pagemap(ca_probe_t* p, uint32_t ways, uint32_t colours, bool* readable);
+
+/* ---- a full calibration (calibrate.c): what `chromalloc calibrate` measures and saves ------ */
+typedef enum ca_colour_method_e {
+  CA_METHOD_NONE, CA_METHOD_ADDRESS_BITS, CA_METHOD_PAGEMAP, CA_METHOD_TIMING
+} ca_colour_method_t;
+
+typedef struct ca_calibration_s {
+  /* the level */
+  uint32_t level, sysfs_size, sysfs_ways, line, expected_colours;
+  /* the probe */
+  uint32_t hit_ticks, miss_ticks, threshold;
+  double   ticks_per_us;
+  /* cheaper sources and their verdicts */
+  bool     thp_backed, address_bits_valid, pagemap_readable, pagemap_valid;
+  ca_colour_method_t method;
+  /* discovery */
+  uint32_t ways, colours;
+  uint64_t measured_size;                 /* colours x ways x page */
+  ca_discovery_stats_t discovery;
+  /* costs and quality */
+  double   classify_restricted_us;        /* median: one page against 1/8 of the colours */
+  double   classify_all_us;               /* median: one page against every colour */
+  double   pool_4mib_s;                   /* 4 MiB of 1/8-of-level pages, from fresh pages */
+  double   agreement;                     /* two independent maps agree on this fraction */
+  uint32_t agreement_pages;               /* pages classified by both */
+  double   unclassified;                  /* fraction of pages no set claimed */
+  double   seconds;                       /* the whole calibration */
+  bool     usable;                        /* colours can be controlled here */
+  char     reason[160];                   /* why not, when not */
+  char     cpu[96];                       /* /proc/cpuinfo model name: the profile's machine */
+} ca_calibration_t;
+
+bool _ca_calibrate(ca_calibration_t* cal, bool quick);
+void _ca_read_cpu_model(char* out, size_t len);
+bool _ca_profile_path(char* out, size_t len);
+bool _ca_profile_save(const ca_calibration_t* cal, const char* path);
+bool _ca_profile_load(ca_calibration_t* cal);
+void _ca_calibration_json(const ca_calibration_t* cal, ca_buf_t* b);
+bool _ca_calibration_parse(ca_calibration_t* cal, const char* json);
+void _ca_calibration_summary(const ca_calibration_t* cal, ca_buf_t* b);
+
+#pragma GCC visibility pop
+
+#endif

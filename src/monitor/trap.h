@@ -1,0 +1,15 @@
+/* chromalloc's fault handler (trap.c): clients resolve faults on pages they are working on. */
+#ifndef CA_TRAP_H
+#define CA_TRAP_H
+
+#include <stdbool.h>
+
+/* Returns true when the fault at `addr` was on one of the client's pages and the access may be
+   retried (the client waited until the page was usable again). */
+typedef bool (*ca_trap_fn)(void* addr, int sig);
+
+#pragma GCC visibility push(hidden)
+bool _ca_trap_register(ca_trap_fn fn);       /* installs the handler on first use */
+#pragma GCC visibility pop
+
+#endif

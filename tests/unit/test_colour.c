@@ -1,0 +1,150 @@
+/* The colour layer's algorithms against a simulated cache, so they are tested without this
+   machine's timing: a set-mapping oracle gives every page a colour by hashing its address
+   (like a hashed index), a group evicts a reference when it holds `ways` distinct pages of the
+   reference's colour, and a seeded fraction of answers is flipped (noise).  Pages are fake
+   addresses that are never touched.  Checks: eviction sets are exact, discovery finds every
+   colour once, classification agrees with the oracle, and the profile JSON round-trips. */
+#include "check.h"
+#include "../../src/color/colour.h"
+
+typedef struct sim_s {
+  ca_probe_t base;
+  uint32_t   colours, ways;
+  double     noise;
+  uint64_t   rng;
+} sim_t;
+
+static uint32_t oracle(const sim_t* s, const void* page) {
+  uint64_t x = (uintptr_t)page / 4096;
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;   /* a hashed index */
+  return (uint32_t)(x % s->colours);
+}
+
+static bool sim_evicts(ca_probe_t* p, void* r, void* const* pages, size_t n) {
+  sim_t* s = (sim_t*)p;
+  p->tests++;
+  uint32_t c = oracle(s, r), same = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool dup = false;
+    for (size_t j = 0; j < i && !dup; j++) dup = pages[j] == pages[i];
+    if (!dup && pages[i] != r && oracle(s, pages[i]) == c) same++;
+  }
+  bool v = same >= s->ways;
+  s->rng ^= s->rng << 13; s->rng ^= s->rng >> 7; s->rng ^= s->rng << 17;
+  if ((double)(s->rng % 1000000) < s->noise * 1e6) v = !v;
+  return v;
+}
+static void sim_prepare(ca_probe_t* p, void* r) { (void)p; (void)r; }
+
+static sim_t sim(uint32_t colours, uint32_t ways, double noise) {
+  sim_t s = { { sim_evicts, sim_prepare, NULL, 0 }, colours, ways, noise, 0x2545F4914F6CDD1Dull };
+  return s;
+}
+
+/* a page source of fake addresses: only the bookkeeping arrays are real */
+static ca_page_source_t fake_source(size_t n, uintptr_t base) {
+  ca_page_source_t src;
+  src.npages = n;
+  src.base = (uint8_t*)base;
+  src.pages = calloc(n, sizeof(void*));
+  src.reserved = calloc(n, 1);
+  src.colour = malloc(n);
+  src.tested = calloc(n, 1);
+  memset(src.colour, 0xff, n);
+  for (size_t i = 0; i < n; i++) src.pages[i] = (void*)(base + i * 4096);
+  return src;
+}
+static void free_source(ca_page_source_t* s) { free(s->pages); free(s->reserved); free(s->colour); free(s->tested); }
+
+static void test_reduce(double noise) {
+  sim_t s = sim(32, 8, noise);
+  ca_page_source_t src = fake_source(8192, 0x100000000ull);
+  uint64_t rng = 7;
+  int ok = 0, exact = 0, tries = 60;
+  for (int t = 0; t < tries; t++) {
+    void* cand[600];
+    for (int i = 0; i < 600; i++) cand[i] = src.pages[1 + (t * 600 + i) % 8000];
+    void* r = src.pages[8191 - t];
+    int k = _ca_evset_reduce(&s.base, r, cand, 600, 8, &rng);
+    if (k != 8) continue;
+    ok++;
+    bool all = true;
+    for (int i = 0; i < 8; i++) all &= oracle(&s, cand[i]) == oracle(&s, r);
+    exact += all;
+  }
+  fprintf(stderr, "reduce, noise %.1f%%: %d of %d sets built, %d exact, %.0f tests per try\n",
+          noise * 100, ok, tries, exact, (double)s.base.tests / tries);
+  CHECK_EQ(exact, ok);                 /* a set it returns never holds a page of another colour */
+  CHECK(ok >= (noise == 0 ? tries : tries * 3 / 4));
+  free_source(&src);
+}
+
+static void test_discover(double noise) {
+  sim_t s = sim(32, 8, noise);
+  ca_page_source_t src = fake_source(4096, 0x200000000ull);
+  static ca_colour_map_t map;
+  memset(&map, 0, sizeof map);
+  map.ways = 8;
+  uint64_t rng = 11;
+  ca_discovery_stats_t st = {0};
+  uint32_t n = _ca_colour_discover(&s.base, &map, &src, 0, 16, 60000, &rng, &st);
+  /* every colour once: the references' true colours are distinct and cover all 32 */
+  uint64_t seen = 0;
+  bool distinct = true, pure = true;
+  for (uint32_t c = 0; c < n; c++) {
+    uint32_t oc = oracle(&s, map.ref[c]);
+    distinct &= !((seen >> oc) & 1);
+    seen |= (uint64_t)1 << oc;
+    for (uint32_t w = 0; w < map.ways; w++) pure &= oracle(&s, map.set[c][w]) == oc;
+  }
+  fprintf(stderr, "discover, noise %.1f%%: %u colours (%lu builds, %lu failed, %lu duplicates)\n",
+          noise * 100, n, (unsigned long)st.set_builds, (unsigned long)st.set_failures, (unsigned long)st.duplicates);
+  CHECK_EQ(n, 32);
+  CHECK(distinct);
+  CHECK(pure);
+  /* classification of pages nobody used agrees with the oracle */
+  ca_page_source_t other = fake_source(2000, 0x300000000ull);
+  int agree = 0, claimed = 0;
+  for (size_t i = 0; i < other.npages; i++) {
+    int c = _ca_colour_classify(&s.base, &map, other.pages[i], ~(uint64_t)0);
+    if (c < 0) continue;
+    claimed++;
+    agree += oracle(&s, map.ref[c]) == oracle(&s, other.pages[i]);
+  }
+  fprintf(stderr, "classify, noise %.1f%%: %d of %zu pages claimed, %d agree with the oracle\n",
+          noise * 100, claimed, other.npages, agree);
+  CHECK(claimed >= (int)other.npages * 95 / 100);
+  CHECK(agree >= claimed * 98 / 100);
+  free_source(&other);
+  free_source(&src);
+}
+
+static void test_profile(void) {
+  ca_calibration_t a, b;
+  memset(&a, 0, sizeof a);
+  strcpy(a.cpu, "Test CPU 9000");
+  a.usable = true;
+  a.level = 2; a.method = CA_METHOD_TIMING; a.colours = 32; a.ways = 8; a.line = 64;
+  a.measured_size = 1 << 20; a.sysfs_size = 512 << 10; a.sysfs_ways = 8; a.expected_colours = 16;
+  a.hit_ticks = 700; a.miss_ticks = 2600; a.threshold = 1460; a.ticks_per_us = 2250.5;
+  a.agreement = 0.9917; a.classify_restricted_us = 31.25;
+  char j1[4096], j2[4096];
+  ca_buf_t b1 = ca_buf(j1, sizeof j1);
+  _ca_calibration_json(&a, &b1);
+  CHECK(_ca_calibration_parse(&b, j1));
+  ca_buf_t b2 = ca_buf(j2, sizeof j2);
+  _ca_calibration_json(&b, &b2);
+  CHECK(strcmp(j1, j2) == 0);
+  CHECK(b.colours == 32 && b.ways == 8 && b.method == CA_METHOD_TIMING && b.usable);
+  CHECK(!_ca_calibration_parse(&b, "{\"profile_version\":2}"));
+}
+
+int main(void) {
+  require_chromalloc("test_colour");
+  test_reduce(0);
+  test_reduce(0.01);
+  test_discover(0);
+  test_discover(0.01);
+  test_profile();
+  return check_done("test_colour");
+}
