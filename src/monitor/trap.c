@@ -15,6 +15,7 @@
 
 #pragma GCC visibility push(default)
 extern int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+extern sighandler_t bsd_signal(int sig, sighandler_t fn);     /* glibc's signal() */
 #pragma GCC visibility pop
 
 #define CA_TRAP_CLIENTS 4
@@ -87,6 +88,7 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
 
 __attribute__((visibility("default")))
 sighandler_t signal(int sig, sighandler_t fn) {
+  if (slot(sig) < 0 || !atomic_load_explicit(&installed, ca_acquire)) return bsd_signal(sig, fn);
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = fn;
