@@ -38,6 +38,34 @@ size_t chromalloc_options_describe(char* buf, size_t size);
 void chromalloc_collect(void);
 
 /* ---- cache colours ----------------------------------------------------------------------- */
+/* A colour is the group of L2 sets one 4 KiB page maps to (32 on the development machine).
+   chromalloc finds them by timing (docs/colours.md) and hands out memory made of pages of
+   chosen colours, so that data that would pollute the cache can be kept in a small slice of it.
+
+   A colour set is the slice [from/den, to/den) of the colours of the L2: chromalloc_colours(0,
+   0, 1, 8) is the first eighth, chromalloc_colours(0, 1, 8, 8) the other seven eighths.  `level`
+   is 2, or 0 for the level chromalloc colours.  Returns a handle >= 1, or -1 with errno EINVAL
+   (a bad slice), ENOTSUP (colours cannot be controlled here, or option colours=0) or ENOSPC
+   (15 sets in use).  The first call starts a background thread that calibrates (or loads the
+   machine profile) and stocks the set with classified pages. */
+int chromalloc_colours(unsigned level, unsigned from, unsigned to, unsigned den);
+
+/* malloc from pages of a colour set; free() and realloc() work as usual (realloc keeps the set).
+   While the set has no pages in stock the memory is ordinary (counted in the statistics as
+   spans_ordinary): call chromalloc_colours_prepare first to wait for stock. */
+void* chromalloc_malloc_coloured(size_t size, int colours);
+
+/* Wait until `bytes` of pages of the set are in stock, at most timeout_ms.  0 when ready, -1 with
+   errno ETIMEDOUT or ENOTSUP. */
+int chromalloc_colours_prepare(int colours, size_t bytes, int timeout_ms);
+
+/* Colour index of the page holding p (as discovered here, 0 .. colours-1), -1 when unknown. */
+int chromalloc_colour_of(const void* p);
+
+/* Move the pages covering [p, p + len) to pages of a colour set, safely while other threads use
+   them (write-protect, copy, remap).  Returns the number of pages moved (fewer when the set's
+   stock runs out), or -1 with errno. */
+long chromalloc_recolour(void* p, size_t len, int colours);
 
 #define CHROMALLOC_CALIBRATE_QUICK    1   /* skip the pool and agreement measurements */
 #define CHROMALLOC_CALIBRATE_JSON     2   /* summary as JSON (the profile) instead of text */

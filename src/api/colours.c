@@ -1,8 +1,33 @@
-/* Exported colour API (include/chromalloc.h): calibration for the `chromalloc calibrate` tool. */
+/* Exported colour API (include/chromalloc.h): colour sets, coloured allocation, recolouring,
+   and calibration for the `chromalloc calibrate` tool. */
 #include "../color/colour.h"
+#include "../core/alloc.h"
 #include "../../include/chromalloc.h"
 
 #define ca_export __attribute__((visibility("default")))
+
+ca_export int chromalloc_colours(unsigned level, unsigned from, unsigned to, unsigned den) {
+  _ca_ensure_init();
+  if (level != 0 && level != 2) { errno = EINVAL; return -1; }   /* the L2 is what is coloured */
+  return _ca_colour_set(from, to, den);
+}
+
+ca_export void* chromalloc_malloc_coloured(size_t size, int colours) {
+  if (colours < 1 || colours > CA_COLOUR_SETS) { errno = EINVAL; return NULL; }
+  _ca_ensure_init();
+  return _ca_malloc_flavour(size, (uint8_t)colours);
+}
+
+ca_export int chromalloc_colours_prepare(int colours, size_t bytes, int timeout_ms) {
+  return _ca_colour_prepare(colours, (bytes + CA_OS_PAGE - 1) / CA_OS_PAGE, timeout_ms);
+}
+
+ca_export int chromalloc_colour_of(const void* p) { return _ca_colour_of(p); }
+
+ca_export long chromalloc_recolour(void* p, size_t len, int colours) {
+  if (colours < 1 || colours > CA_COLOUR_SETS || p == NULL) { errno = EINVAL; return -1; }
+  return _ca_recolour(p, len, colours);
+}
 
 ca_export int chromalloc_calibrate(const char* profile, int flags, char* summary, size_t len) {
   _ca_ensure_init();

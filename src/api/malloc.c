@@ -15,6 +15,13 @@ ca_export void* malloc(size_t n) { return _ca_malloc(n); }
 
 ca_export void free(void* p) { _ca_free(p); }
 
+/* memory of a flavour (pages of a colour set): the thread's heap of that flavour */
+void* _ca_malloc_flavour(size_t n, uint8_t flavour) {
+  ca_heap_t* h = _ca_heap_flavour(flavour);
+  if (h == NULL) { errno = ENOMEM; return NULL; }
+  return _ca_heap_malloc(h, n);
+}
+
 void* _ca_calloc_slow(size_t n) {
   void* p = _ca_malloc(n);
   if (p != NULL) memset(p, 0, n);
@@ -25,7 +32,7 @@ ca_export void* calloc(size_t count, size_t size) {
   size_t n;
   if (ca_unlikely(__builtin_mul_overflow(count, size, &n))) { errno = ENOMEM; return NULL; }
   _ca_ensure_init();
-  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, true);   /* fresh pages: no memset */
+  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, true, 0);   /* fresh pages: no memset */
   return _ca_calloc_slow(n);
 }
 
@@ -34,15 +41,17 @@ ca_export void* realloc(void* p, size_t n) {
   if (n == 0) { _ca_free(p); return NULL; }            /* glibc: realloc(p, 0) frees */
   ca_segment_t* seg = _ca_segment_of(p);
   size_t have = _ca_usable_size(p);                    /* aborts on a pointer that is not ours */
+  uint8_t flavour = seg->kind == CA_SEG_LARGE ? seg->flavour : _ca_span_of(seg, p)->flavour;
   if (seg->kind == CA_SEG_LARGE) {
-    if (n > _ca_medium_limit) {
+    if (n > _ca_medium_limit && flavour == 0) {        /* a coloured object does not grow in place */
       void* q = _ca_large_realloc(seg, p, n);
       if (q != NULL) return q;
     }
+    if (flavour != 0 && n <= have) return p;
   } else if (n <= have && n >= have / 2) {
     return p;
   }
-  void* q = _ca_malloc(n);
+  void* q = flavour ? _ca_malloc_flavour(n, flavour) : _ca_malloc(n);
   if (q == NULL) return NULL;                          /* p is left untouched */
   memcpy(q, p, n < have ? n : have);
   _ca_free(p);

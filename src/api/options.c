@@ -24,6 +24,11 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
   [CA_OPT_COLOUR]        = { "colour", 1, 0, 1, bool_words,
                              "colour spans (random per-process start offsets, continued across "
                              "spans of big classes) and start large objects at a random line" },
+  [CA_OPT_COLOURS]       = { "colours", 1, 0, 1, bool_words,
+                             "the colour layer: memory of chosen L2 page colours (chromalloc_colours); "
+                             "0: coloured requests get ordinary memory" },
+  [CA_OPT_COLOUR_POOL]   = { "colour_pool", 4, 1, 1024, NULL,
+                             "MiB of classified pages kept in stock per colour set" },
   [CA_OPT_PURGE_DELAY]   = { "purge_delay", 10, -1, 3600000, NULL,
                              "ms before free memory is returned to the OS (0 at once, -1 never)" },
   [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 32, 0, 65536, NULL,

@@ -9,6 +9,7 @@
    totals are therefore exact; `live` is exact for the reporting thread and flushed heaps, and
    `peak` is the highest flushed `live`, i.e. exact to within 64 blocks per thread and class. */
 #include "../core/internal.h"
+#include "../color/colour.h"
 #include "../core/buf.h"
 #include "../../include/chromalloc.h"
 #include <fcntl.h>
@@ -152,7 +153,9 @@ void _ca_stats_json(ca_buf_t* b) {
   ca_buf_str(b, "},\"threads\":{");
   kv_i(b, "heaps_started", (int64_t)ldu(&_ca_stats.threads), true);
   kv_i(b, "heaps_reused", (int64_t)ldu(&_ca_stats.heaps_reused), false);
-  ca_buf_str(b, "},\"checks\":{");
+  ca_buf_str(b, "},\"colours\":");
+  _ca_colour_stats_json(b);
+  ca_buf_str(b, ",\"checks\":{");
   kv_i(b, "double_free_confirmations", (int64_t)ldu(&_ca_stats.double_frees_checked), false);
   ca_buf_str(b, "}}\n");
 }

@@ -63,7 +63,10 @@ typedef struct ca_timing_probe_s {
   uint32_t   hit_ticks;       /* median chase when r stays in the level */
   uint32_t   miss_ticks;      /* median chase after streaming twice the level's size */
   int        reps, passes;
-  uint32_t   last_ticks;      /* median of the last test (diagnostics) */
+  uint32_t   ratio_pct;       /* evicted: the chase is this % of the quiet chase measured with it */
+  uint32_t   set_ratio_pct;   /* what eviction sets measured (0: not yet) */
+  uint32_t   last_ticks, last_quiet;   /* medians of the last test (diagnostics) */
+  void*      quiet[9];        /* pages of random colours: touching them leaves R in the level */
 } ca_timing_probe_t;
 
 bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes);
@@ -106,6 +109,34 @@ uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source
                              ca_discovery_stats_t* st);
 bool     _ca_colour_try_address_bits(ca_probe_t* p, uint32_t ways, bool* backed);
 bool     _ca_colour_try_pagemap(ca_probe_t* p, uint32_t ways, uint32_t colours, bool* readable);
+
+/* ---- page pools (pool.c) -------------------------------------------------------------------- */
+typedef struct ca_page_pool_s {
+  void**   pages;                              /* pages of known colour, ready to move */
+  size_t   count, cap;
+  uint64_t handed, returned;                   /* pages moved into spans / taken back */
+} ca_page_pool_t;
+
+bool     _ca_pool_init(void);
+uint8_t* _ca_pool_supply(size_t npages);
+bool     _ca_pool_push(ca_page_pool_t* p, void* page);
+void*    _ca_pool_pop(ca_page_pool_t* p);
+bool     _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
+void     _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
+void     _ca_pool_drop(void* page);
+size_t   _ca_pool_moved(void);
+size_t   _ca_pool_moved_limit(void);
+
+/* ---- the layer at run time (colourset.c) and recolouring (recolour.c) ---------------------- */
+enum { CA_COLOURS_OFF, CA_COLOURS_CALIBRATING, CA_COLOURS_READY, CA_COLOURS_UNAVAILABLE };
+int   _ca_colour_state(void);
+int   _ca_colour_set(uint32_t from, uint32_t to, uint32_t den);
+int   _ca_colour_prepare(int id, size_t pages, int timeout_ms);
+int   _ca_colour_of(const void* p);
+void* _ca_colour_take_page(int id);
+void  _ca_colour_note_recolour(uint64_t ns);
+void  _ca_colour_stats_json(ca_buf_t* b);
+long  _ca_recolour(void* p, size_t len, int id);
 
 /* ---- a full calibration (calibrate.c): what `chromalloc calibrate` measures and saves ------ */
 typedef enum ca_colour_method_e {

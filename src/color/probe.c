@@ -65,9 +65,9 @@ static uint32_t median_u32(uint32_t* v, int n) {
 }
 
 /* median ticks of R's chase after touching pages[0..n) */
-static uint32_t evict_ticks(ca_timing_probe_t* tp, void* r, void* const* pages, size_t n) {
+static uint32_t evict_ticks(ca_timing_probe_t* tp, void* r, void* const* pages, size_t n, int reps) {
   uint32_t v[32];
-  int reps = tp->reps < 32 ? tp->reps : 32;
+  if (reps > 32) reps = 32;
   void* sink = NULL;
   for (int k = 0; k < reps; k++) {
     sink = chase(r);
@@ -82,33 +82,38 @@ static uint32_t evict_ticks(ca_timing_probe_t* tp, void* r, void* const* pages, 
   return median_u32(v, reps);
 }
 
+/* Evicted when R's chase after touching the group is `ratio_pct`% of its chase after touching
+   the quiet pages, measured in alternation: both see the same core clock.  (The TSC ticks at a
+   fixed rate, and on this host the core's clock moves with the load of other guests, which
+   shifts any fixed threshold in ticks both ways within seconds.) */
 static bool timing_evicts(ca_probe_t* p, void* r, void* const* pages, size_t n) {
   ca_timing_probe_t* tp = (ca_timing_probe_t*)p;
   p->tests++;
-  tp->last_ticks = evict_ticks(tp, r, pages, n);
-  return tp->last_ticks > tp->threshold;
+  uint32_t g = evict_ticks(tp, r, pages, n, tp->reps);
+  uint32_t q = evict_ticks(tp, r, tp->quiet, 9, 5);            /* the quiet level is steady */
+  tp->last_ticks = g;
+  tp->last_quiet = q;
+  return (uint64_t)g * 100 > (uint64_t)q * tp->ratio_pct;
 }
 
-/* Place the threshold between the level R stays in when a group of other colours is touched
-   (hit_ticks: R is pushed out of L1 into L2) and what eviction sets do to their references
-   (R goes to L3): the median effect of a few sets, so that one weak set found in a noisy moment
-   cannot drag the threshold down.  The first estimate streams enough to reach DRAM and sits too
-   high for a set's effect; it is kept when the sets do not clearly stand out. */
+/* Place the decision ratio between what known eviction sets do to their references (R goes to
+   L3) and the quiet level (R stays in L2), from the median ratio of a few sets' effects. */
 static void timing_recalibrate(ca_probe_t* p, void* const* refs, void* const (*sets)[CA_WAYS_MAX], size_t n, size_t ways) {
   ca_timing_probe_t* tp = (ca_timing_probe_t*)p;
-  uint32_t effect[16];
+  uint32_t ratio[16];
   if (n > 16) n = 16;
   for (size_t i = 0; i < n; i++) {
-    uint32_t v[15];
+    uint32_t v[9];
     timing_prepare(p, refs[i]);
-    for (int k = 0; k < 15; k++) v[k] = evict_ticks(tp, refs[i], sets[i], ways);
-    effect[i] = median_u32(v, 15);
+    for (int k = 0; k < 9; k++) {
+      uint32_t g = evict_ticks(tp, refs[i], sets[i], ways, tp->reps), q = evict_ticks(tp, refs[i], tp->quiet, 9, 5);
+      v[k] = q ? (uint32_t)((uint64_t)g * 100 / q) : 0;
+    }
+    ratio[i] = median_u32(v, 9);
   }
-  uint32_t y = median_u32(effect, (int)n);
-  if (y > tp->hit_ticks * 2) {
-    tp->threshold = tp->hit_ticks + (y - tp->hit_ticks) / 2;
-    tp->miss_ticks = y;
-  }
+  uint32_t r = median_u32(ratio, (int)n);
+  tp->set_ratio_pct = r;
+  if (r > 200) tp->ratio_pct = (100 + r) / 2;         /* clearly apart: halfway */
 }
 
 /* Measure the two levels and set the threshold.  R and a few quiet pages come from a scratch
@@ -130,14 +135,14 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes) {
   tp->base.prepare = timing_prepare;
   tp->base.recalibrate = timing_recalibrate;
   tp->base.tests = 0;
-  tp->reps = 9;
+  tp->reps = 7;
   tp->passes = 2;
   /* R and the quiet pages live apart from the streamed region: right after it, the hardware
      prefetcher following the stream would pull R back in and the "evicted" level would read low */
   size_t stream_bytes = 4 * level_bytes;
   size_t quiet = 9;
   uint8_t* mem = _ca_os_map(stream_bytes);
-  uint8_t* r = _ca_os_map((quiet + 1) * CA_OS_PAGE);
+  uint8_t* r = _ca_os_map((quiet + 1) * CA_OS_PAGE);          /* R, then the quiet pages (kept) */
   if (mem == NULL || r == NULL) {
     if (mem) _ca_os_unmap(mem, stream_bytes);
     if (r) _ca_os_unmap(r, (quiet + 1) * CA_OS_PAGE);
@@ -145,11 +150,10 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes) {
   }
   memset(mem, 1, stream_bytes);
   memset(r, 1, (quiet + 1) * CA_OS_PAGE);
-  void* few[16];
-  for (size_t i = 0; i < quiet; i++) few[i] = r + (i + 1) * CA_OS_PAGE;
+  for (size_t i = 0; i < quiet; i++) tp->quiet[i] = r + (i + 1) * CA_OS_PAGE;
   timing_prepare(&tp->base, r);
   uint32_t hit[41], miss[41];
-  for (int k = 0; k < 41; k++) hit[k] = evict_ticks(tp, r, few, quiet);
+  for (int k = 0; k < 41; k++) hit[k] = evict_ticks(tp, r, tp->quiet, quiet, tp->reps);
   for (int k = 0; k < 41; k++) {
     chase(r);
     chase(r);
@@ -161,8 +165,9 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes) {
   tp->hit_ticks = median_u32(hit, 41);
   tp->miss_ticks = median_u32(miss, 41);
   tp->threshold = tp->hit_ticks + (tp->miss_ticks - tp->hit_ticks) * 2 / 5;
+  tp->ratio_pct = tp->hit_ticks ? (uint32_t)((uint64_t)tp->threshold * 100 / tp->hit_ticks) : 160;
+  tp->set_ratio_pct = 0;
   _ca_os_unmap(mem, stream_bytes);
-  _ca_os_unmap(r, (quiet + 1) * CA_OS_PAGE);
   return tp->miss_ticks > tp->hit_ticks + tp->hit_ticks / 2;   /* at least 1.5x apart */
 #endif
 }

@@ -32,7 +32,7 @@ void* _ca_malloc_aligned(size_t n, size_t align, bool zero) {
     if (zero) memset(q, 0, n);
     return q;
   }
-  return _ca_large_alloc(n, align, zero);
+  return _ca_large_alloc(n, align, zero, 0);
 }
 
 size_t _ca_usable_size(const void* p) {

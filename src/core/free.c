@@ -37,10 +37,10 @@ static bool list_contains(const ca_block_t* list, const ca_block_t* b, uint32_t 
 /* The key word says "free": confirm before aborting (the program could, in theory, have the
    same 64-bit value in a live block).  Only the owner calls this: it alone removes blocks from
    thread_free, so walking a snapshot of that list is safe. */
-void _ca_free_double_check(ca_span_t* s, ca_block_t* b) {
+void _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) {
   _ca_stat_inc(&_ca_stats.double_frees_checked, 1);
   ca_block_t* remote = (ca_block_t*)(atomic_load_explicit(&s->thread_free, ca_acquire) & ~CA_DELAY_MASK);
-  ca_block_t* delayed = atomic_load_explicit(&_ca_heap->delayed_free, ca_acquire);
+  ca_block_t* delayed = atomic_load_explicit(&h->delayed_free, ca_acquire);
   if (list_contains(s->free, b, s->capacity) || list_contains(s->local_free, b, s->capacity) ||
       list_contains(remote, b, s->capacity) || list_contains(delayed, b, UINT32_MAX - 1))
     _ca_fatal("free(): double free of %p", b);
@@ -88,9 +88,10 @@ void _ca_free_generic(ca_segment_t* seg, void* p) {
   bool valid;
   ca_block_t* b = _ca_block_start(seg, s, p, &valid);
   if (!valid) invalid("free(): invalid pointer %p (not the start of an allocated block)", p);
-  ca_heap_t* h = _ca_heap;
-  if (atomic_load_explicit(&seg->owner, ca_relaxed) != h) { free_remote(seg, s, b); return; }
-  if (b->key == _ca_key) _ca_free_double_check(s, b);
+  /* local when the owner is this thread's heap or one of its flavour heaps */
+  ca_heap_t* h = atomic_load_explicit(&seg->owner, ca_relaxed);
+  if (h == NULL || h->main != _ca_heap) { free_remote(seg, s, b); return; }
+  if (b->key == _ca_key) _ca_free_double_check(h, s, b);
   b->next = s->local_free;
   b->key = _ca_key;
   s->local_free = b;

@@ -136,9 +136,11 @@ void* _ca_malloc_generic(ca_heap_t* h, size_t n) {
     h = _ca_thread_init();
     if (h == NULL) { errno = ENOMEM; return NULL; }
   }
-  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, false);
+  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, false, h->flavour);
   h->generic_calls++;
   if (atomic_load_explicit(&h->delayed_free, ca_relaxed) != NULL) _ca_heap_delayed_free(h);
+  for (uint32_t f = 1; f < CA_FLAVOURS && (h->generic_calls & 63) == 0; f++)
+    if (h->flavours[f] && atomic_load_explicit(&h->flavours[f]->delayed_free, ca_relaxed)) _ca_heap_delayed_free(h->flavours[f]);
   if (h->purge.first != NULL && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
   ca_span_t* s = heap_find_span(h, _ca_size_class(n));
   if (ca_unlikely(s == NULL)) { errno = ENOMEM; return NULL; }
@@ -172,6 +174,7 @@ void _ca_heap_adopt_span(ca_heap_t* h, ca_span_t* s) {
    claim it too. */
 void _ca_heap_init(ca_heap_t* h) {
   memset(h, 0, offsetof(ca_heap_t, next_heap));
+  h->main = h;
   for (size_t w = 0; w < CA_DIRECT_N; w++) h->direct[w] = &_ca_span_empty;
   h->rng = _ca_process.seed ^ ((uintptr_t)h * 0x9E3779B97F4A7C15ull);
   if (h->rng == 0) h->rng = 0x2545F4914F6CDD1Dull;
@@ -231,6 +234,8 @@ static void span_leave(ca_heap_t* h, ca_span_t* s) {
    rest.  The heap returns to the pool. */
 void _ca_heap_done(ca_heap_t* h) {
   if (h == &_ca_heap_empty || !h->in_use) return;
+  for (uint32_t f = 1; f < CA_FLAVOURS; f++)
+    if (h->flavours[f] != NULL) { _ca_heap_done(h->flavours[f]); h->flavours[f] = NULL; }
   _ca_heap_delayed_free(h);
   for_each_span(h, span_never);
   _ca_heap_delayed_free(h);            /* blocks pushed before NEVER took effect */
@@ -254,5 +259,26 @@ void _ca_heap_fork_prepare(void) { _ca_lock(&registry_lock); }
 void _ca_heap_fork_parent(void) { _ca_unlock(&registry_lock); }
 void _ca_heap_fork_child(ca_heap_t* self) {
   atomic_store_explicit(&registry_lock.v, 0, ca_relaxed);
-  if (self != &_ca_heap_empty) for_each_span(self, span_unstick);
+  if (self == &_ca_heap_empty) return;
+  for_each_span(self, span_unstick);
+  for (uint32_t f = 1; f < CA_FLAVOURS; f++) if (self->flavours[f]) for_each_span(self->flavours[f], span_unstick);
+}
+
+/* The calling thread's heap for memory of a flavour (created on first use). */
+ca_heap_t* _ca_heap_flavour(uint8_t flavour) {
+  ca_heap_t* h = _ca_heap;
+  if (ca_unlikely(h == &_ca_heap_empty)) {
+    h = _ca_thread_init();
+    if (h == NULL) return NULL;
+  }
+  if (flavour == 0 || flavour >= CA_FLAVOURS) return h;
+  ca_heap_t* f = h->flavours[flavour];
+  if (f == NULL) {
+    f = _ca_heap_acquire();
+    if (f == NULL) return NULL;
+    f->flavour = flavour;
+    f->main = h;
+    h->flavours[flavour] = f;
+  }
+  return f;
 }

@@ -85,6 +85,8 @@ static inline uint64_t _ca_block_index(const ca_span_t* s, const void* p) {
 typedef enum ca_option_e {
   CA_OPT_LAYOUT,          /* 0 = index-aware, 1 = ciu (flat, no colour) */
   CA_OPT_COLOUR,          /* span colours and large-object offsets */
+  CA_OPT_COLOURS,         /* the colour layer: pages of chosen cache colours */
+  CA_OPT_COLOUR_POOL,     /* MiB of classified pages kept in stock per colour set */
   CA_OPT_PURGE_DELAY,     /* ms before free memory is returned to the OS (-1 never) */
   CA_OPT_SEGMENT_CACHE,   /* free 2 MiB segments kept mapped for reuse */
   CA_OPT_THP,             /* madvise(MADV_HUGEPAGE) on segments */
@@ -199,18 +201,20 @@ ca_heap_t* _ca_heap_first(void);
 void  _ca_heap_fork_prepare(void);
 void  _ca_heap_fork_parent(void);
 void  _ca_heap_fork_child(ca_heap_t* self);
+ca_heap_t* _ca_heap_flavour(uint8_t flavour);
 
 /* ---- free (free.c) and large objects (large.c), aligned (aligned.c) ----------------------- */
 void   _ca_free_generic(ca_segment_t* seg, void* p) ca_noinline;
 void   _ca_free_last(ca_span_t* s) ca_noinline;
-void   _ca_free_double_check(ca_span_t* s, ca_block_t* b) ca_noinline;
-void*  _ca_large_alloc(size_t n, size_t align, bool zero) ca_noinline;
+void   _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) ca_noinline;
+void*  _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) ca_noinline;
 void   _ca_large_free(ca_segment_t* seg);
 void*  _ca_large_realloc(ca_segment_t* seg, void* p, size_t n);
 void*  _ca_malloc_aligned(size_t n, size_t align, bool zero);
 size_t _ca_usable_size(const void* p);
 void*  _ca_block_start(ca_segment_t* seg, ca_span_t* s, const void* p, bool* valid);
 void*  _ca_calloc_slow(size_t n);
+void*  _ca_malloc_flavour(size_t n, uint8_t flavour);
 
 /* ---- process / threads (init.c) ----------------------------------------------------------- */
 void  _ca_process_init(void);

@@ -17,7 +17,14 @@ static size_t random_line_offset(void) {
   return _ca_layout_large_offset(&x);
 }
 
-void* _ca_large_alloc(size_t n, size_t align, bool zero) {
+/* The pages a large object occupies: what the hook fills and takes back. */
+static void object_pages(const ca_segment_t* seg, uint8_t** page, size_t* bytes) {
+  *page = (uint8_t*)((uintptr_t)seg->large_ptr & ~(uintptr_t)(CA_OS_PAGE - 1));
+  uintptr_t end = ((uintptr_t)seg->large_ptr + seg->large_size + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
+  *bytes = (size_t)(end - (uintptr_t)*page);
+}
+
+void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   if (n > PTRDIFF_MAX) { errno = ENOMEM; return NULL; }
   _ca_ensure_init();
   size_t off = align > CA_MIN_ALIGN ? 0 : random_line_offset();
@@ -25,12 +32,19 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero) {
   if (seg == NULL) return NULL;
   uint8_t* p = (uint8_t*)seg + off;
   seg->large_ptr = p;
-  seg->large_size = seg->size - off;
+  /* ordinary objects may use the whole mapping; an object of a flavour is filled page by
+     page, so it gets exactly the pages it covers */
+  seg->large_size = flavour ? ((off + n + CA_OS_PAGE - 1) & ~(CA_OS_PAGE - 1)) - off : seg->size - off;
   _ca_stat_inc(&_ca_stats.large_allocs, 1);
   _ca_stat_add(&_ca_stats.large_live, 1, NULL);
   _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)seg->large_size, &_ca_stats.large_peak_bytes);
-  uint8_t* page = (uint8_t*)seg + (off & ~(CA_OS_PAGE - 1));
-  CA_HOOK(span_memory, page, seg->size - (size_t)(page - (uint8_t*)seg), seg->flavour);
+  uint8_t* page;
+  size_t bytes;
+  object_pages(seg, &page, &bytes);
+  const ca_hooks_t* hk = _ca_hooks;
+  bool filled = hk != NULL && hk->span_memory != NULL && hk->span_memory(page, bytes, flavour);
+  seg->flavour = filled ? flavour : 0;
+  if (filled) seg->is_zero = 0;
   if (zero && !seg->is_zero) memset(p, 0, n);
   CA_HOOK(chunk, CA_CHUNK_ALLOC, p, n);
   return p;
@@ -38,8 +52,11 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero) {
 
 void _ca_large_free(ca_segment_t* seg) {
   CA_HOOK(chunk, CA_CHUNK_FREE, seg->large_ptr, seg->large_size);
-  uint8_t* page = (uint8_t*)((uintptr_t)seg->large_ptr & ~(uintptr_t)(CA_OS_PAGE - 1));
-  CA_HOOK(span_released, page, seg->size - (size_t)(page - (uint8_t*)seg), seg->flavour);
+  uint8_t* page;
+  size_t bytes;
+  object_pages(seg, &page, &bytes);
+  CA_HOOK(span_released, page, bytes, seg->flavour);
+  seg->flavour = 0;
   _ca_stat_add(&_ca_stats.large_live, -1, NULL);
   _ca_stat_add(&_ca_stats.large_live_bytes, -(int64_t)seg->large_size, NULL);
   seg->spans[0].flags = CA_SPAN_UNUSED;

@@ -170,6 +170,7 @@ static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
   seg->size = size;
   seg->cookie = segment_cookie(seg);
   seg->kind = (uint8_t)kind;
+  seg->flavour = h->flavour;
   seg->span_shift = kind == CA_SEG_SMALL ? CA_SMALL_SHIFT : CA_MEDIUM_SHIFT;
   seg->span_count = (uint32_t)(CA_SEGMENT_SIZE >> seg->span_shift);
   for (uint32_t i = 0; i <= CA_MAX_SPANS; i++) {

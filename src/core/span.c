@@ -24,9 +24,11 @@ void _ca_span_init(ca_heap_t* h, ca_span_t* s, uint32_t sclass) {
   s->used_seen = 0;
   s->installed = 0;
   s->sclass = (uint8_t)sclass;
-  s->flavour = seg->flavour;
   s->flags = 0;
-  CA_HOOK(span_memory, _ca_span_base(seg, s), bytes, s->flavour);
+  /* a span of a flavour is of that flavour only if the hook could fill it */
+  const ca_hooks_t* hk = _ca_hooks;
+  bool filled = hk != NULL && hk->span_memory != NULL && hk->span_memory(_ca_span_base(seg, s), bytes, seg->flavour);
+  s->flavour = filled ? seg->flavour : 0;
 }
 
 /* Carve the next blocks, up to one OS page worth (at least one block), in address order. */

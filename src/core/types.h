@@ -31,6 +31,11 @@
                        ── queues[FULL]    ──> spans with no free block
                        ── delayed_free    <── blocks freed remotely into full spans (atomic)
 
+   A thread allocating memory of a *flavour* (pages of chosen cache colours, src/color) does so
+   from a second heap of that flavour, whose segments carry the flavour; the span hook fills
+   their spans.  The fast paths never see flavours: a free into a flavour heap takes the slow
+   path, which finds the owner among the thread's heaps.
+
    A thread that exits abandons its segments (owner = NULL) to a global list; another thread
    adopts them when it needs a new segment.  Large objects live in their own LARGE segment that
    no heap owns: any thread frees it straight back to the segment cache.  Free segments wait in
@@ -65,6 +70,8 @@
 #define CA_DIRECT_N        (CA_DIRECT_MAX / CA_MIN_ALIGN + 1)
 #define CA_CLASS_MAX       48                      /* room for the class table (44 used) */
 #define CA_CLASS_FULL      CA_CLASS_MAX            /* heap queue index of full spans */
+#define CA_FLAVOURS        16                      /* memory flavours: 0 = ordinary, 1.. = chosen
+                                                      by the span hook (colour sets) */
 
 typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_segment_kind_t;
 
@@ -163,6 +170,9 @@ struct ca_heap_s {
   uint64_t             rng;                     /* xorshift state: span colours */
   uint32_t             colour[CA_CLASS_MAX];    /* next span's first-block offset per class */
   uint64_t             generic_calls;
+  uint8_t              flavour;                 /* of the memory this heap's segments get */
+  ca_heap_t*           main;                    /* the thread's ordinary heap (itself if it is) */
+  ca_heap_t*           flavours[CA_FLAVOURS];   /* main heap only: the thread's flavour heaps */
   ca_class_count_t     counts[CA_CLASS_MAX];
   /* registry fields: written only under the registry lock, never cleared by heap init */
   ca_heap_t*           next_heap;               /* registry of all heaps (never freed) */

@@ -1,0 +1,455 @@
+/* The colour layer at run time: colour sets, the worker that calibrates and classifies in the
+   background, and the core hooks that fill spans with pooled pages.
+
+   A colour set is a slice of the colours of the controlled level, [from/den, to/den): the
+   first eighth of the L2 is (0, 1, 8), the rest (1, 8, 8).  Its id is the flavour the core
+   allocates it as.  Nothing is measured until the first set is registered; then a worker thread
+   (pinned to one CPU while it measures) loads the machine profile (or calibrates: discovering
+   the colours takes seconds here), builds eviction sets for the colours the sets need, and keeps
+   each set's pool stocked with classified pages.  Until a pool has pages, spans of the set are
+   ordinary memory (counted as fallbacks).  A set covering more than half of the colours is
+   classified by elimination: a page belongs when none of the other colours claims it.
+
+   Every few seconds the worker re-verifies a sample of pooled pages and drops the ones whose
+   colour changed.  After fork() the child's pages are copy-on-write copies with new frames,
+   so the child's pools are dropped and its sets serve ordinary memory until re-stocked. */
+#define _GNU_SOURCE
+#include "colour.h"
+#include "../core/hooks.h"
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+typedef struct ca_colour_set_s {
+  bool          used;
+  uint32_t      from, to, den;
+  uint64_t      mask;            /* colours of the set, once their count is known */
+  bool          by_elimination;  /* classified as "none of the other colours" */
+  ca_page_pool_t pool;
+  size_t        target;          /* pages to keep in stock */
+  uint64_t      fallback_spans, filled_spans, dropped_pages;
+} ca_colour_set_t;
+
+static struct {
+  _Atomic(int)      state;       /* ca_colour_state_t */
+  ca_lock_t         lock;        /* sets, pools, map (the worker measures without it) */
+  ca_colour_set_t   sets[CA_COLOUR_SETS + 1];
+  ca_calibration_t  cal;
+  bool              cal_from_profile;
+  ca_timing_probe_t probe;
+  ca_colour_map_t   map;
+  ca_page_source_t  src;         /* pages for eviction sets and references */
+  pthread_t         worker;
+  bool              worker_running;
+  pthread_mutex_t   wake_lock;
+  pthread_cond_t    wake;
+  uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped;
+  uint64_t          recolours, recolour_ns;
+  char              reason[160];
+} L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+
+#define STOCK_CHUNK 512                      /* pages per supply chunk (2 MiB) */
+#define BATCH       32                       /* pages classified between two checks */
+
+int _ca_colour_state(void) { return atomic_load_explicit(&L.state, ca_acquire); }
+
+static void set_state(int s, const char* why) {
+  if (why && !L.reason[0]) { ca_buf_t b = ca_buf(L.reason, sizeof L.reason); ca_buf_str(&b, why); }
+  atomic_store_explicit(&L.state, s, ca_release);
+  if (s == CA_COLOURS_UNAVAILABLE) {
+    char line[256];
+    ca_buf_t b = ca_buf(line, sizeof line);
+    ca_buf_str(&b, "cache colours cannot be controlled here (");
+    ca_buf_str(&b, L.reason);
+    ca_buf_str(&b, "): coloured memory is ordinary memory");
+    _ca_warn(line);
+  }
+}
+
+/* colours [lo, hi) of the set, once the colour count is known */
+static void set_range(const ca_colour_set_t* s, uint32_t colours, uint32_t* lo, uint32_t* hi) {
+  *lo = s->from * colours / s->den;
+  *hi = s->to * colours / s->den;
+  if (*hi <= *lo) *hi = *lo + 1;
+}
+
+static uint64_t range_mask(uint32_t lo, uint32_t hi) {
+  uint64_t m = 0;
+  for (uint32_t c = lo; c < hi && c < 64; c++) m |= (uint64_t)1 << c;
+  return m;
+}
+
+/* ---- the worker ---------------------------------------------------------------------------- */
+
+static uint32_t colours_needed(void) {
+  uint32_t need = 0, C = L.cal.colours;
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    if (!s->used) continue;
+    uint32_t lo, hi;
+    set_range(s, C, &lo, &hi);
+    s->by_elimination = hi - lo > C / 2;
+    s->mask = range_mask(lo, hi);
+    uint32_t n = s->by_elimination ? C : hi;          /* elimination needs all the others */
+    if (n > need) need = n;
+  }
+  return need;
+}
+
+/* Is now a moment when classification can be trusted?  Re-places the threshold on the current
+   levels (they drift with the other hardware thread) and requires them clearly apart. */
+static bool quiet_window(void) {
+  uint32_t n = L.map.ncolours < 4 ? L.map.ncolours : 4;
+  L.probe.base.recalibrate(&L.probe.base, (void* const*)L.map.ref, (void* const (*)[CA_WAYS_MAX])L.map.set, n, L.map.ways);
+  return L.probe.set_ratio_pct > 160;
+}
+
+/* After a batch: do most sets still evict their references? */
+static bool sets_held(void) {
+  uint32_t held = 0;
+  for (uint32_t c = 0; c < L.map.ncolours; c++) {
+    L.probe.base.prepare(&L.probe.base, L.map.ref[c]);
+    held += L.probe.base.evicts(&L.probe.base, L.map.ref[c], (void* const*)L.map.set[c], L.map.ways);
+  }
+  return held * 2 > L.map.ncolours;
+}
+
+/* Route a classified page to the sets it belongs to; returns whether one took it. */
+static bool route(void* page, int c) {
+  bool taken = false;
+  _ca_lock(&L.lock);
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    if (!s->used || s->pool.count >= s->target) continue;
+    bool in = s->by_elimination ? (c < 0 || ((s->mask >> c) & 1)) : (c >= 0 && ((s->mask >> c) & 1));
+    if (in && !taken) taken = _ca_pool_push(&s->pool, page);
+  }
+  _ca_unlock(&L.lock);
+  L.claimed += c >= 0;
+  return taken;
+}
+
+static bool pools_short(void) {
+  bool any = false;
+  _ca_lock(&L.lock);
+  for (int i = 1; i <= CA_COLOUR_SETS; i++)
+    if (L.sets[i].used && L.sets[i].pool.count < L.sets[i].target) any = true;
+  _ca_unlock(&L.lock);
+  return any;
+}
+
+static uint64_t classify_mask(void) {
+  uint64_t m = 0;
+  _ca_lock(&L.lock);
+  for (int i = 1; i <= CA_COLOUR_SETS; i++)
+    if (L.sets[i].used) m |= L.sets[i].by_elimination ? ~L.sets[i].mask : L.sets[i].mask;
+  _ca_unlock(&L.lock);
+  return m & (L.map.ncolours >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << L.map.ncolours) - 1));
+}
+
+/* Re-test a few pooled pages of each set; drop those no longer of the set. */
+static void verify_sample(uint64_t* rng) {
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    for (int k = 0; k < 4; k++) {
+      _ca_lock(&L.lock);
+      size_t n = s->used ? s->pool.count : 0;
+      void* page = NULL;
+      size_t at = 0;
+      if (n) { *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17; at = (size_t)(*rng % n); page = s->pool.pages[at]; }
+      _ca_unlock(&L.lock);
+      if (page == NULL) break;
+      uint64_t m = s->by_elimination ? ~s->mask : s->mask;
+      int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & classify_mask());
+      bool ok = s->by_elimination ? c < 0 : c >= 0;
+      if (ok) continue;
+      if ((s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
+                             : _ca_colour_classify(&L.probe.base, &L.map, page, m) >= 0)) continue;
+      _ca_lock(&L.lock);
+      if (at < s->pool.count && s->pool.pages[at] == page) {
+        s->pool.pages[at] = s->pool.pages[--s->pool.count];
+        _ca_pool_drop(page);
+        s->dropped_pages++;
+        L.verify_drops++;
+      }
+      _ca_unlock(&L.lock);
+    }
+  }
+}
+
+/* Without a profile the colour count is estimated: random pages are classified against the
+   first few colours' sets, and each set claims about one page in `colours`.  Cache geometries
+   have power-of-two colour counts, so the estimate is rounded to one. */
+static uint32_t estimate_colours(uint64_t* rng) {
+  uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
+  if (chunk == NULL) return 0;
+  uint32_t claimed = 0;
+  for (size_t i = 0; i < STOCK_CHUNK; i++)
+    claimed += _ca_colour_classify(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0) >= 0;
+  _ca_os_unmap(chunk, STOCK_CHUNK * CA_OS_PAGE);
+  (void)rng;
+  if (claimed == 0) return 0;
+  double est = (double)L.map.ncolours * STOCK_CHUNK / claimed;
+  uint32_t c = 1;
+  while (c * 2 <= CA_COLOURS_MAX && (double)c * 1.41421356 < est) c *= 2;
+  return c;
+}
+
+static bool calibrate_or_load(uint64_t* rng) {
+  L.cal_from_profile = _ca_profile_load(&L.cal) && L.cal.usable && L.cal.method == CA_METHOD_TIMING;
+  const ca_cache_level_t* l2 = NULL;
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) l2 = &_ca_machine.levels[i];
+  if (!L.cal_from_profile) {
+    if (l2 == NULL || l2->ways == 0 || l2->ways > CA_WAYS_MAX) { set_state(CA_COLOURS_UNAVAILABLE, "no L2 described by sysfs or cpuid"); return false; }
+    L.cal.level = 2;
+    L.cal.ways = l2->ways;
+    L.cal.line = l2->line;
+    L.cal.method = CA_METHOD_TIMING;
+  }
+  size_t level_bytes = l2 && l2->size > (1u << 20) ? l2->size : (1u << 20);
+  if (!_ca_probe_timing_init(&L.probe, level_bytes)) {
+    set_state(CA_COLOURS_UNAVAILABLE, "timing cannot tell the L2 from what lies beyond it");
+    return false;
+  }
+  if (!_ca_page_source_init(&L.src, 4096)) { set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return false; }
+  L.map.ways = L.cal.ways;
+  if (!L.cal_from_profile) {
+    _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, 32, 30000, rng, NULL);
+    L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(rng) : 0;
+    if (L.cal.colours < L.map.ncolours) { set_state(CA_COLOURS_UNAVAILABLE, "could not measure the colours of the L2"); return false; }
+    L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
+  }
+  return true;
+}
+
+static void* worker_main(void* arg) {
+  (void)arg;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+  sched_setaffinity(0, sizeof one, &one);
+  uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
+  if (!calibrate_or_load(&rng)) return NULL;
+  uint64_t last_verify = _ca_clock_ms();
+  for (;;) {
+    /* the colours the registered sets need, and their eviction sets */
+    _ca_lock(&L.lock);
+    uint32_t need = colours_needed();
+    _ca_unlock(&L.lock);
+    if (L.map.ncolours < need) {
+      _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, NULL);
+      if (L.map.ncolours < need) {
+        set_state(CA_COLOURS_UNAVAILABLE, "could not find eviction sets for the colours the sets need");
+        return NULL;
+      }
+    }
+    atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);
+    /* stock the pools, a batch at a time, each batch in a quiet window and bracketed by a check
+       that the sets still work; a batch measured in a noisy moment is thrown away.  Pages no set
+       takes keep their frames until the round ends: released at once, the kernel would hand
+       the very same frames (of the wrong colours) back in the next chunk. */
+    uint64_t mask = classify_mask();
+    ca_page_pool_t rejected = {0};
+    while (pools_short()) {
+      uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
+      if (chunk == NULL) break;
+      for (size_t b = 0; b < STOCK_CHUNK; b += BATCH) {
+        int colour[BATCH];
+        for (int tries = 0; !quiet_window() && tries < 50; tries++) {
+          struct timespec t = { 0, 20000000 };
+          nanosleep(&t, NULL);
+        }
+        for (size_t i = 0; i < BATCH; i++) colour[i] = _ca_colour_classify(&L.probe.base, &L.map, chunk + (b + i) * CA_OS_PAGE, mask);
+        L.classified += BATCH;
+        bool trusted = sets_held();
+        if (!trusted) L.batches_dropped++;
+        for (size_t i = 0; i < BATCH; i++) {
+          uint8_t* page = chunk + (b + i) * CA_OS_PAGE;
+          if (!trusted || !pools_short() || !route(page, colour[i])) _ca_pool_push(&rejected, page);
+        }
+      }
+      pthread_mutex_lock(&L.wake_lock);
+      pthread_cond_broadcast(&L.wake);               /* waiters in chromalloc_colours_prepare */
+      pthread_mutex_unlock(&L.wake_lock);
+    }
+    for (void* page; (page = _ca_pool_pop(&rejected)) != NULL;) _ca_os_purge(page, CA_OS_PAGE);
+    if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
+    if (_ca_clock_ms() - last_verify > 2000) { verify_sample(&rng); last_verify = _ca_clock_ms(); }
+    /* sleep until a pool runs low or a set is added */
+    pthread_mutex_lock(&L.wake_lock);
+    if (!pools_short()) {
+      struct timespec t;
+      clock_gettime(CLOCK_REALTIME, &t);
+      t.tv_sec += 2;
+      pthread_cond_timedwait(&L.wake, &L.wake_lock, &t);
+    }
+    pthread_mutex_unlock(&L.wake_lock);
+  }
+  return NULL;
+}
+
+static void wake_worker(void) {
+  pthread_mutex_lock(&L.wake_lock);
+  pthread_cond_broadcast(&L.wake);
+  pthread_mutex_unlock(&L.wake_lock);
+}
+
+/* ---- the core hooks ----------------------------------------------------------------------- */
+
+static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
+  if (flavour == 0 || flavour > CA_COLOUR_SETS) return false;
+  ca_colour_set_t* s = &L.sets[flavour];
+  _ca_lock(&L.lock);
+  bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && _ca_pool_fill(&s->pool, base, bytes);
+  if (ok) s->filled_spans++; else s->fallback_spans++;
+  size_t stock = s->pool.count, target = s->target;
+  _ca_unlock(&L.lock);
+  if (stock < target / 2 || !ok) wake_worker();
+  return ok;
+}
+
+static void hook_span_released(void* base, size_t bytes, uint32_t flavour) {
+  if (flavour == 0 || flavour > CA_COLOUR_SETS) return;
+  _ca_lock(&L.lock);
+  _ca_pool_take_back(&L.sets[flavour].pool, base, bytes);
+  _ca_unlock(&L.lock);
+}
+
+static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released, NULL };
+
+static void fork_child(void) {
+  /* the child's pooled pages are copies: their frames (colours) are not the parent's */
+  atomic_store_explicit(&L.lock.v, 0, ca_relaxed);
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) L.sets[i].pool.count = 0;
+  L.worker_running = false;
+  if (atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY)
+    atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
+}
+
+/* ---- registering sets ------------------------------------------------------------------------ */
+
+/* A colour set id (the flavour), or -1 with errno. */
+int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
+  if (den == 0 || den > 64 || from >= to || to > den) { errno = EINVAL; return -1; }
+  if (_ca_opt(CA_OPT_COLOURS) == 0) { errno = ENOTSUP; return -1; }
+  if (atomic_load_explicit(&L.state, ca_acquire) == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
+  _ca_lock(&L.lock);
+  int id = -1;
+  for (int i = 1; i <= CA_COLOUR_SETS && id < 0; i++)
+    if (L.sets[i].used && L.sets[i].from == from && L.sets[i].to == to && L.sets[i].den == den) id = i;
+  for (int i = 1; i <= CA_COLOUR_SETS && id < 0; i++)
+    if (!L.sets[i].used) {
+      L.sets[i] = (ca_colour_set_t){ .used = true, .from = from, .to = to, .den = den,
+                                     .target = (size_t)_ca_opt(CA_OPT_COLOUR_POOL) * 256 };
+      id = i;
+    }
+  bool start = id > 0 && !L.worker_running;
+  if (start) L.worker_running = true;
+  _ca_unlock(&L.lock);
+  if (id < 0) { errno = ENOSPC; return -1; }
+  if (start) {
+    static bool once;
+    if (!once) { once = true; _ca_pool_init(); _ca_hooks_install(&colour_hooks); pthread_atfork(NULL, NULL, fork_child); }
+    int st = 0;
+    atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 1u << 20);
+    if (pthread_create(&L.worker, &a, worker_main, NULL) != 0) set_state(CA_COLOURS_UNAVAILABLE, "no worker thread");
+    pthread_attr_destroy(&a);
+  } else {
+    wake_worker();
+  }
+  return id;
+}
+
+/* Wait until the set's pool holds `pages`, or timeout.  0, or -1 with errno. */
+int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
+  if (id < 1 || id > CA_COLOUR_SETS || !L.sets[id].used) { errno = EINVAL; return -1; }
+  _ca_lock(&L.lock);
+  if (L.sets[id].target < pages) L.sets[id].target = pages;
+  _ca_unlock(&L.lock);
+  wake_worker();
+  uint64_t deadline = _ca_clock_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+  for (;;) {
+    int st = atomic_load_explicit(&L.state, ca_acquire);
+    if (st == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
+    _ca_lock(&L.lock);
+    size_t have = L.sets[id].pool.count;
+    _ca_unlock(&L.lock);
+    if (st == CA_COLOURS_READY && have >= pages) return 0;
+    if (_ca_clock_ms() >= deadline) { errno = ETIMEDOUT; return -1; }
+    pthread_mutex_lock(&L.wake_lock);
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += 50000000;
+    if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; }
+    pthread_cond_timedwait(&L.wake, &L.wake_lock, &t);
+    pthread_mutex_unlock(&L.wake_lock);
+  }
+}
+
+/* Colour index of the page holding p among the known colours, or -1. */
+int _ca_colour_of(const void* p) {
+  if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
+  const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  return _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0);
+}
+
+/* Take one pooled page of set id (for recolouring); NULL when the pool is empty. */
+void* _ca_colour_take_page(int id) {
+  if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return NULL;
+  _ca_lock(&L.lock);
+  void* p = _ca_pool_pop(&L.sets[id].pool);
+  _ca_unlock(&L.lock);
+  wake_worker();
+  return p;
+}
+
+void _ca_colour_note_recolour(uint64_t ns) { L.recolours++; L.recolour_ns += ns; }
+
+/* ---- statistics ----------------------------------------------------------------------------- */
+
+void _ca_colour_stats_json(ca_buf_t* b) {
+  static const char* const names[] = { "off", "calibrating", "ready", "unavailable" };
+  int st = atomic_load_explicit(&L.state, ca_acquire);
+  ca_buf_str(b, "{\"state\":\"");
+  ca_buf_str(b, names[st & 3]);
+  ca_buf_str(b, "\",\"reason\":\"");
+  ca_buf_str(b, L.reason);
+  ca_buf_str(b, "\",\"profile\":");
+  ca_buf_str(b, L.cal_from_profile ? "true" : "false");
+  ca_buf_str(b, ",\"level\":"); ca_buf_u64(b, L.cal.level);
+  ca_buf_str(b, ",\"colours\":"); ca_buf_u64(b, L.cal.colours);
+  ca_buf_str(b, ",\"ways\":"); ca_buf_u64(b, L.cal.ways);
+  ca_buf_str(b, ",\"eviction_sets\":"); ca_buf_u64(b, L.map.ncolours);
+  ca_buf_str(b, ",\"pages_classified\":"); ca_buf_u64(b, L.classified);
+  ca_buf_str(b, ",\"batches_dropped\":"); ca_buf_u64(b, L.batches_dropped);
+  ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
+  ca_buf_str(b, ",\"pages_moved\":"); ca_buf_u64(b, _ca_pool_moved());
+  ca_buf_str(b, ",\"pages_moved_limit\":"); ca_buf_u64(b, _ca_pool_moved_limit());
+  ca_buf_str(b, ",\"recolours\":"); ca_buf_u64(b, L.recolours);
+  ca_buf_str(b, ",\"recolour_us\":");
+  ca_buf_fixed(b, L.recolours ? (int64_t)(L.recolour_ns / L.recolours / 10) : 0, 2);
+  ca_buf_str(b, ",\"sets\":[");
+  bool first = true;
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    if (!s->used) continue;
+    if (!first) ca_buf_char(b, ',');
+    first = false;
+    ca_buf_str(b, "{\"id\":"); ca_buf_u64(b, (uint64_t)i);
+    ca_buf_str(b, ",\"slice\":\""); ca_buf_u64(b, s->from); ca_buf_char(b, '/'); ca_buf_u64(b, s->den);
+    ca_buf_str(b, "-"); ca_buf_u64(b, s->to); ca_buf_char(b, '/'); ca_buf_u64(b, s->den);
+    ca_buf_str(b, "\",\"by_elimination\":"); ca_buf_str(b, s->by_elimination ? "true" : "false");
+    ca_buf_str(b, ",\"pool_pages\":"); ca_buf_u64(b, s->pool.count);
+    ca_buf_str(b, ",\"pages_handed\":"); ca_buf_u64(b, s->pool.handed);
+    ca_buf_str(b, ",\"pages_returned\":"); ca_buf_u64(b, s->pool.returned);
+    ca_buf_str(b, ",\"spans_filled\":"); ca_buf_u64(b, s->filled_spans);
+    ca_buf_str(b, ",\"spans_ordinary\":"); ca_buf_u64(b, s->fallback_spans);
+    ca_buf_str(b, ",\"dropped_pages\":"); ca_buf_u64(b, s->dropped_pages);
+    ca_buf_char(b, '}');
+  }
+  ca_buf_str(b, "]}");
+}

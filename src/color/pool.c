@@ -1,0 +1,135 @@
+/* Page pools: pages whose colour is known, waiting to back a span.
+
+   Fresh pages come from supply chunks (2 MiB mappings, no huge pages, faulted in).  The worker
+   classifies them and pushes each onto the pool of every colour set it belongs to; a page no
+   set wants is given back to the OS right away (MADV_DONTNEED: its frame was never needed).
+
+   A span of a colour set is filled by moving pool pages into its address range with mremap,
+   which keeps the physical frame (and so the colour).  When the span is freed its pages move
+   back into the pool: into *slots* of a reserved pool region, since the span's range must be
+   ordinary memory again.  No frame whose colour was paid for is lost, except by re-verification
+   (a page whose colour changed: the host moved it).
+
+   Every moved page is a VMA of its own, and the kernel caps a process at vm.max_map_count of
+   them (65530 by default), so the coloured pages in use are capped at a quarter of that. */
+#define _GNU_SOURCE
+#include "colour.h"
+#include <sys/mman.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#define CA_SLOT_REGION ((size_t)1 << 32)     /* 4 GiB of address space for parked pages */
+
+static uint8_t*  slot_region;
+static size_t    slot_next;                  /* bump index into the slot region */
+static void**    slot_free;                  /* free slot addresses (stack) */
+static size_t    slot_free_n, slot_free_cap;
+static size_t    moved_pages, moved_limit;   /* pages living outside their supply chunk */
+
+static bool grow(void*** arr, size_t* cap, size_t need) {
+  if (need <= *cap) return true;
+  size_t ncap = *cap ? *cap * 2 : 4096;
+  while (ncap < need) ncap *= 2;
+  void** n = _ca_os_map(ncap * sizeof(void*));
+  if (n == NULL) return false;
+  if (*arr) { memcpy(n, *arr, *cap * sizeof(void*)); _ca_os_unmap(*arr, *cap * sizeof(void*)); }
+  *arr = n;
+  *cap = ncap;
+  return true;
+}
+
+bool _ca_pool_push(ca_page_pool_t* p, void* page) {
+  if (!grow(&p->pages, &p->cap, p->count + 1)) return false;
+  p->pages[p->count++] = page;
+  return true;
+}
+
+void* _ca_pool_pop(ca_page_pool_t* p) { return p->count ? p->pages[--p->count] : NULL; }
+
+static size_t map_count_limit(void) {
+  char buf[32];
+  int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+  size_t v = 65530;
+  if (fd >= 0) {
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) { buf[n] = 0; v = 0; for (char* q = buf; *q >= '0' && *q <= '9'; q++) v = v * 10 + (size_t)(*q - '0'); }
+  }
+  return v / 4;
+}
+
+bool _ca_pool_init(void) {
+  if (slot_region) return true;
+  slot_region = mmap(NULL, CA_SLOT_REGION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (slot_region == MAP_FAILED) { slot_region = NULL; return false; }
+  moved_limit = map_count_limit();
+  return true;
+}
+
+/* A supply chunk of fresh pages, faulted in: (base, npages). */
+uint8_t* _ca_pool_supply(size_t npages) {
+  uint8_t* base = _ca_os_map(npages * CA_OS_PAGE);
+  if (base == NULL) return NULL;
+  _ca_os_thp(base, npages * CA_OS_PAGE, false);
+  for (size_t i = 0; i < npages; i++) base[i * CA_OS_PAGE] = 0;
+  return base;
+}
+
+/* Move the page at src to dst (both page aligned), keeping its frame. */
+static bool move_page(void* src, void* dst) {
+  int e = errno;
+  void* r = mremap(src, CA_OS_PAGE, CA_OS_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+  errno = e;
+  return r == dst;
+}
+
+/* Fill [base, base + bytes) with pages from pool: all of them or none.  Called with the
+   layer's lock held. */
+bool _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
+  size_t n = bytes / CA_OS_PAGE;
+  if (pool->count < n || moved_pages + n > moved_limit) return false;
+  for (size_t i = 0; i < n; i++) {
+    void* page = _ca_pool_pop(pool);
+    if (!move_page(page, base + i * CA_OS_PAGE)) {
+      _ca_pool_push(pool, page);                   /* the page is still where it was */
+      /* undo what was moved: [base, base + i) back to the pool, the range made ordinary */
+      if (i > 0) _ca_pool_take_back(pool, base, i * CA_OS_PAGE);
+      return false;
+    }
+  }
+  moved_pages += n;
+  pool->handed += n;
+  return true;
+}
+
+/* The pages of [base, base + bytes) go back to pool (into slots); the range becomes ordinary
+   zero memory again.  Called with the layer's lock held. */
+void _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
+  size_t n = bytes / CA_OS_PAGE;
+  for (size_t i = 0; i < n; i++) {
+    void* slot = slot_free_n ? slot_free[--slot_free_n]
+               : (slot_next + CA_OS_PAGE <= CA_SLOT_REGION ? slot_region + (slot_next += CA_OS_PAGE) - CA_OS_PAGE : NULL);
+    if (slot == NULL || !move_page(base + i * CA_OS_PAGE, slot)) {
+      if (slot) { grow(&slot_free, &slot_free_cap, slot_free_n + 1); slot_free[slot_free_n++] = slot; }
+      continue;                                    /* the frame is lost: it stays in the span */
+    }
+    _ca_pool_push(pool, slot);
+    pool->returned++;
+  }
+  int e = errno;
+  mmap(base, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  errno = e;
+  moved_pages = moved_pages >= n ? moved_pages - n : 0;
+}
+
+/* A pool page whose colour no longer checks out: give it back to the OS. */
+void _ca_pool_drop(void* page) {
+  _ca_os_purge(page, CA_OS_PAGE);
+  if ((uint8_t*)page >= slot_region && (uint8_t*)page < slot_region + CA_SLOT_REGION) {
+    grow(&slot_free, &slot_free_cap, slot_free_n + 1);
+    slot_free[slot_free_n++] = page;
+  }
+}
+
+size_t _ca_pool_moved(void) { return moved_pages; }
+size_t _ca_pool_moved_limit(void) { return moved_limit; }

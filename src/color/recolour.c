@@ -1,0 +1,73 @@
+/* Recolouring: move a live page to a frame of another colour while other threads may be using
+   it.  The page is made read-only, copied into a pooled page of the target colour, and that
+   page is moved over the old one with mremap (atomically: there is no moment the address is
+   unmapped).  A thread that writes meanwhile faults; the fault handler (trap.c) sees the page
+   is being recoloured and waits until it is done, then the write is retried on the new frame.
+   The old frame is not of the target colour and is simply released.
+
+   What this cannot cover: a system call (read(2) into the page, say) made during the few
+   microseconds of the copy fails with EFAULT instead of faulting. */
+#define _GNU_SOURCE
+#include "colour.h"
+#include "../monitor/trap.h"
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#define INFLIGHT 8
+static _Atomic(uintptr_t) inflight[INFLIGHT];        /* pages being recoloured */
+static _Atomic(uintptr_t) recent[64];                 /* pages recoloured in the last moments */
+static _Atomic(uint64_t)  recent_ms[64];
+static _Atomic(unsigned)  recent_next;
+
+/* A fault on a page being recoloured waits for it; one on a page recoloured within the last
+   50 ms is retried (the thread faulted during the copy and woke after it).  Anything else is
+   the program's own fault. */
+static bool on_fault(void* addr, int sig) {
+  (void)sig;
+  uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(CA_OS_PAGE - 1);
+  bool ours = false;
+  for (int i = 0; i < INFLIGHT; i++)
+    while (atomic_load_explicit(&inflight[i], ca_acquire) == page) { ours = true; sched_yield(); }
+  uint64_t now = _ca_clock_ms();
+  for (int i = 0; i < 64 && !ours; i++)
+    ours = atomic_load_explicit(&recent[i], ca_relaxed) == page && now - atomic_load_explicit(&recent_ms[i], ca_relaxed) < 50;
+  return ours;
+}
+
+long _ca_recolour(void* p, size_t len, int id) {
+  static _Atomic(bool) registered;
+  if (!atomic_exchange(&registered, true)) _ca_trap_register(on_fault);
+  uint8_t* first = (uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  uint8_t* end = (uint8_t*)(((uintptr_t)p + len + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
+  long moved = 0;
+  int e = errno;
+  for (uint8_t* page = first; page < end; page += CA_OS_PAGE) {
+    void* fresh = _ca_colour_take_page(id);
+    if (fresh == NULL) break;
+    uint64_t t0 = _ca_clock_ns();
+    int slot = -1;
+    while (slot < 0)
+      for (int i = 0; i < INFLIGHT && slot < 0; i++) {
+        uintptr_t zero = 0;
+        if (atomic_compare_exchange_strong(&inflight[i], &zero, (uintptr_t)page)) slot = i;
+      }
+    bool ok = mprotect(page, CA_OS_PAGE, PROT_READ) == 0;
+    if (ok) {
+      memcpy(fresh, page, CA_OS_PAGE);
+      ok = mremap(fresh, CA_OS_PAGE, CA_OS_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, page) == page;
+      if (!ok) { mprotect(page, CA_OS_PAGE, PROT_READ | PROT_WRITE); _ca_pool_drop(fresh); }
+    } else {
+      _ca_pool_drop(fresh);
+    }
+    unsigned r = atomic_fetch_add(&recent_next, 1) % 64;
+    atomic_store_explicit(&recent_ms[r], _ca_clock_ms(), ca_relaxed);
+    atomic_store_explicit(&recent[r], (uintptr_t)page, ca_relaxed);
+    atomic_store_explicit(&inflight[slot], 0, ca_release);
+    if (!ok) break;
+    moved++;
+    _ca_colour_note_recolour(_ca_clock_ns() - t0);
+  }
+  errno = e;
+  return moved;
+}
