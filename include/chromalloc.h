@@ -59,6 +59,9 @@ void* chromalloc_malloc_coloured(size_t size, int colours);
    errno ETIMEDOUT or ENOTSUP. */
 int chromalloc_colours_prepare(int colours, size_t bytes, int timeout_ms);
 
+/* How many colours the coloured level has, as measured here; -1 while not known yet. */
+int chromalloc_colour_count(void);
+
 /* Colour index of the page holding p (as discovered here, 0 .. colours-1), -1 when unknown. */
 int chromalloc_colour_of(const void* p);
 

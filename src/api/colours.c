@@ -24,6 +24,8 @@ ca_export int chromalloc_colours_prepare(int colours, size_t bytes, int timeout_
 
 ca_export int chromalloc_colour_of(const void* p) { return _ca_colour_of(p); }
 
+ca_export int chromalloc_colour_count(void) { return _ca_colour_count(); }
+
 ca_export long chromalloc_recolour(void* p, size_t len, int colours) {
   if (colours < 1 || colours > CA_COLOUR_SETS || p == NULL) { errno = EINVAL; return -1; }
   return _ca_recolour(p, len, colours);

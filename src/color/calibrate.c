@@ -111,7 +111,8 @@ uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source
   if (ncand > src->npages / 2) ncand = src->npages / 2;
   uint32_t in_a_row = 0;
   uint64_t t0 = _ca_clock_ns(), deadline = t0 + budget_ms * 1000000u;
-  for (size_t step = 0; step < src->npages * 4 && _ca_clock_ns() < deadline; step++) {
+  for (size_t step = 0; _ca_clock_ns() < deadline; step++) {
+    if (want == 0 && step >= src->npages * 4) break;
     if (want > 0 && map->ncolours >= want) break;
     if (map->ncolours >= CA_COLOURS_MAX) break;
     if (want == 0 && map->ncolours > 0 && in_a_row >= 3 * map->ncolours + 24) break;
@@ -411,6 +412,8 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
   cal->hit_ticks = tp.hit_ticks;
   cal->miss_ticks = tp.miss_ticks;                 /* after recalibration: an eviction set's effect */
   cal->threshold = tp.threshold;
+  cal->ratio_pct = tp.ratio_pct;
+  cal->set_ratio_pct = tp.set_ratio_pct;
   cal->colours = a.ncolours;
   cal->measured_size = (uint64_t)a.ncolours * a.ways * CA_OS_PAGE;
   if (a.ncolours < 2) { ca_buf_str(&why, "fewer than two colours found"); ok = false; goto out; }

@@ -130,6 +130,7 @@ size_t   _ca_pool_moved_limit(void);
 /* ---- the layer at run time (colourset.c) and recolouring (recolour.c) ---------------------- */
 enum { CA_COLOURS_OFF, CA_COLOURS_CALIBRATING, CA_COLOURS_READY, CA_COLOURS_UNAVAILABLE };
 int   _ca_colour_state(void);
+int   _ca_colour_count(void);
 int   _ca_colour_set(uint32_t from, uint32_t to, uint32_t den);
 int   _ca_colour_prepare(int id, size_t pages, int timeout_ms);
 int   _ca_colour_of(const void* p);
@@ -148,6 +149,7 @@ typedef struct ca_calibration_s {
   uint32_t level, sysfs_size, sysfs_ways, line, expected_colours;
   /* the probe */
   uint32_t hit_ticks, miss_ticks, threshold;
+  uint32_t ratio_pct, set_ratio_pct;      /* the decision rule: evicted above ratio_pct of quiet */
   double   ticks_per_us;
   /* cheaper sources and their verdicts */
   bool     thp_backed, address_bits_valid, pagemap_readable, pagemap_valid;

@@ -19,6 +19,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 typedef struct ca_colour_set_s {
   bool          used;
@@ -52,6 +54,7 @@ static struct {
 #define BATCH       32                       /* pages classified between two checks */
 
 int _ca_colour_state(void) { return atomic_load_explicit(&L.state, ca_acquire); }
+int _ca_colour_count(void) { return _ca_colour_state() == CA_COLOURS_READY ? (int)L.cal.colours : -1; }
 
 static void set_state(int s, const char* why) {
   if (why && !L.reason[0]) { ca_buf_t b = ca_buf(L.reason, sizeof L.reason); ca_buf_str(&b, why); }
@@ -224,6 +227,8 @@ static bool calibrate_or_load(uint64_t* rng) {
 
 static void* worker_main(void* arg) {
   (void)arg;
+  /* background work: the program's threads come first (nice 19 for this thread) */
+  setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
@@ -236,12 +241,11 @@ static void* worker_main(void* arg) {
     _ca_lock(&L.lock);
     uint32_t need = colours_needed();
     _ca_unlock(&L.lock);
-    if (L.map.ncolours < need) {
+    for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
       _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, NULL);
-      if (L.map.ncolours < need) {
-        set_state(CA_COLOURS_UNAVAILABLE, "could not find eviction sets for the colours the sets need");
-        return NULL;
-      }
+    if (L.map.ncolours < need) {
+      set_state(CA_COLOURS_UNAVAILABLE, "could not find eviction sets for the colours the sets need");
+      return NULL;
     }
     atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);
     /* stock the pools, a batch at a time, each batch in a quiet window and bracketed by a check
