@@ -1,7 +1,7 @@
 # Tests.  Every unit test is one C file built once without chromalloc (it reaches chromalloc's
 # extensions through weak symbols) and run three ways: linked against libchromalloc.so,
 # linked against libchromalloc.a, and as a plain binary under LD_PRELOAD.
-TEST_NAMES = api stress fork threads enomem invalid_free rss
+TEST_NAMES = api stress fork threads enomem invalid_free rss colour_api
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-alloc-size-larger-than -Wno-free-nonheap-object -Wno-use-after-free -Wno-maybe-uninitialized -pthread -Iinclude
 TEST_BIN   = $(BUILD)/tests
 ABS_SO     = $(abspath $(SO))
@@ -16,7 +16,7 @@ $(TEST_BIN)/%-shared: tests/unit/%.c tests/unit/check.h $(SO)
 
 $(TEST_BIN)/%-static: tests/unit/%.c tests/unit/check.h $(AR_LIB)
 	@mkdir -p $(TEST_BIN)
-	$(CC) $(TEST_CFLAGS) $< -o $@ $(AR_LIB) -ldl
+	$(CC) $(TEST_CFLAGS) $< -o $@ -Wl,--whole-archive $(AR_LIB) -Wl,--no-whole-archive -ldl
 
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static)
 # tests of internal interfaces: static link only
@@ -49,7 +49,15 @@ test-docs: lib
 	  && echo "PASS docs/options.md matches the option table" \
 	  || { echo "FAIL docs/options.md is stale: run 'make docs'"; exit 1; }
 
-test: test-programs test-install test-docs
+# The colour layer unavailable: disabled by option, or a machine profile that says so.
+test-colour-off: $(TEST_BIN)/test_colour_api-plain
+	CHROMALLOC_OPTIONS=colours=0 LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain disabled
+	@printf '{"profile_version":1,"cpu":"%s","usable":false,"reason":"test: not controllable","level":2,"method":"none","colours":0,"ways":0}\n' \
+	  "$$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" > $(TEST_BIN)/unusable-profile.json
+	CHROMALLOC_PROFILE=$(abspath $(TEST_BIN))/unusable-profile.json LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain disabled 2>&1 \
+	  | tee $(TEST_BIN)/colour-off.log; grep -q "chromalloc: cache colours cannot be controlled here (test: not controllable)" $(TEST_BIN)/colour-off.log
+
+test: test-programs test-install test-docs test-colour-off
 
 # The stress tests again under settings that change the slow paths: no segment cache and
 # immediate purging, never purging, and the index-unfriendly layout.

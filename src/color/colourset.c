@@ -184,22 +184,33 @@ static void verify_sample(uint64_t* rng) {
    first few colours' sets, and each set claims about one page in `colours`.  Cache geometries
    have power-of-two colour counts, so the estimate is rounded to one. */
 static uint32_t estimate_colours(uint64_t* rng) {
-  uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
+  enum { SAMPLE = 2 * STOCK_CHUNK };
+  uint8_t* chunk = _ca_pool_supply(SAMPLE);
   if (chunk == NULL) return 0;
   uint32_t claimed = 0;
-  for (size_t i = 0; i < STOCK_CHUNK; i++)
+  for (size_t i = 0; i < SAMPLE; i++)
     claimed += _ca_colour_classify(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0) >= 0;
-  _ca_os_unmap(chunk, STOCK_CHUNK * CA_OS_PAGE);
+  _ca_os_unmap(chunk, SAMPLE * CA_OS_PAGE);
   (void)rng;
   if (claimed == 0) return 0;
-  double est = (double)L.map.ncolours * STOCK_CHUNK / claimed;
+  double est = (double)L.map.ncolours * SAMPLE / claimed;
   uint32_t c = 1;
   while (c * 2 <= CA_COLOURS_MAX && (double)c * 1.41421356 < est) c *= 2;
   return c;
 }
 
 static bool calibrate_or_load(uint64_t* rng) {
-  L.cal_from_profile = _ca_profile_load(&L.cal) && L.cal.usable && L.cal.method == CA_METHOD_TIMING;
+  ca_calibration_t saved;
+  memset(&saved, 0, sizeof saved);
+  bool have = _ca_profile_load(&saved);
+  if (have && !saved.usable) {
+    /* `chromalloc calibrate` found colours uncontrollable on this machine: do not retry here */
+    set_state(CA_COLOURS_UNAVAILABLE, saved.reason[0] ? saved.reason : "the machine profile says so");
+    return false;
+  }
+  L.cal = saved;
+  L.cal_from_profile = have && saved.method == CA_METHOD_TIMING && saved.colours >= 2;
+  if (!L.cal_from_profile) memset(&L.cal, 0, sizeof L.cal);
   const ca_cache_level_t* l2 = NULL;
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) l2 = &_ca_machine.levels[i];
   if (!L.cal_from_profile) {
@@ -226,12 +237,19 @@ static bool calibrate_or_load(uint64_t* rng) {
 }
 
 static void* worker_main(void* arg) {
-  (void)arg;
   /* background work: the program's threads come first (nice 19 for this thread) */
   setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
-  cpu_set_t one;
+  /* measure on one CPU, preferably not the one of the thread that asked (its own memory traffic
+     would share the L2 with our measurements) */
+  cpu_set_t allowed, one;
+  int here = (int)(intptr_t)arg, cpu = here >= 0 ? here : 0;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int k = 1; k < CPU_SETSIZE; k++) {
+      int c = (here + k) % CPU_SETSIZE;
+      if (CPU_ISSET(c, &allowed)) { cpu = c; break; }
+    }
   CPU_ZERO(&one);
-  CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+  CPU_SET(cpu, &one);
   sched_setaffinity(0, sizeof one, &one);
   uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
   if (!calibrate_or_load(&rng)) return NULL;
@@ -360,7 +378,7 @@ int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&a, 1u << 20);
-    if (pthread_create(&L.worker, &a, worker_main, NULL) != 0) set_state(CA_COLOURS_UNAVAILABLE, "no worker thread");
+    if (pthread_create(&L.worker, &a, worker_main, (void*)(intptr_t)sched_getcpu()) != 0) set_state(CA_COLOURS_UNAVAILABLE, "no worker thread");
     pthread_attr_destroy(&a);
   } else {
     wake_worker();

@@ -6,6 +6,7 @@
    colour once, classification agrees with the oracle, and the profile JSON round-trips. */
 #include "check.h"
 #include "../../src/color/colour.h"
+#include <sys/mman.h>
 
 typedef struct sim_s {
   ca_probe_t base;
@@ -139,8 +140,40 @@ static void test_profile(void) {
   CHECK(!_ca_calibration_parse(&b, "{\"profile_version\":2}"));
 }
 
+/* Pools on real pages: filling a range moves the pool's pages (their data comes along: the
+   frames are kept), taking it back returns those same frames to the pool and leaves the range
+   ordinary zero memory; a fill without enough stock changes nothing. */
+static void test_pool(void) {
+  CHECK(_ca_pool_init());
+  ca_page_pool_t pool = {0};
+  uint8_t* supply = _ca_pool_supply(24);
+  for (int i = 0; i < 24; i++) { memset(supply + i * 4096, 'a' + i, 4096); CHECK(_ca_pool_push(&pool, supply + i * 4096)); }
+  CHECK_EQ(pool.count, 24);
+  uint8_t* range = mmap(NULL, 16 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(_ca_pool_fill(&pool, range, 16 * 4096));
+  CHECK_EQ(pool.count, 8);
+  CHECK_EQ(pool.handed, 16);
+  bool moved = true;                                    /* popped from the top: pages 23, 22, ... */
+  for (int i = 0; i < 16; i++) moved &= range[i * 4096] == 'a' + 23 - i && range[i * 4096 + 4095] == 'a' + 23 - i;
+  CHECK(moved);
+  for (int i = 0; i < 16; i++) range[i * 4096 + 100] = 'Z';             /* used as memory */
+  CHECK(!_ca_pool_fill(&pool, range, 16 * 4096));       /* 8 left: nothing happens */
+  CHECK_EQ(pool.count, 8);
+  _ca_pool_take_back(&pool, range, 16 * 4096);
+  CHECK_EQ(pool.count, 24);
+  CHECK_EQ(pool.returned, 16);
+  bool zero = true, kept = true;
+  for (int i = 0; i < 16 * 4096; i += 512) zero &= range[i] == 0;       /* ordinary again */
+  for (int i = 8; i < 24; i++) kept &= ((uint8_t*)pool.pages[i])[100] == 'Z';   /* same frames */
+  CHECK(zero);
+  CHECK(kept);
+  CHECK_EQ(_ca_pool_moved(), 0);
+  munmap(range, 16 * 4096);
+}
+
 int main(void) {
   require_chromalloc("test_colour");
+  test_pool();
   test_reduce(0);
   test_reduce(0.01);
   test_discover(0);

@@ -1,0 +1,116 @@
+/* The colour API as a program uses it, on whatever machine runs the test: misuse is rejected
+   with the documented errno; coloured memory can be used, realloc'ed and freed with free()
+   whether or not colours can be controlled here; when the layer becomes ready, coloured
+   blocks really are of the set's colours (a live check independent of how they were chosen)
+   and recolouring keeps a concurrently written page's data.  Run again with colours=0 and with
+   a machine profile that says colours are not controllable: the same program keeps working
+   with ordinary memory. */
+#include "check.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+extern int chromalloc_colours(unsigned, unsigned, unsigned, unsigned) __attribute__((weak));
+extern void* chromalloc_malloc_coloured(size_t, int) __attribute__((weak));
+extern int chromalloc_colours_prepare(int, size_t, int) __attribute__((weak));
+extern int chromalloc_colour_of(const void*) __attribute__((weak));
+extern int chromalloc_colour_count(void) __attribute__((weak));
+extern long chromalloc_recolour(void*, size_t, int) __attribute__((weak));
+
+static void misuse(void) {
+  errno = 0; CHECK_EQ(chromalloc_colours(0, 1, 1, 8), -1); CHECK_EQ(errno, EINVAL);      /* empty slice */
+  errno = 0; CHECK_EQ(chromalloc_colours(0, 0, 9, 8), -1); CHECK_EQ(errno, EINVAL);      /* past the end */
+  errno = 0; CHECK_EQ(chromalloc_colours(0, 0, 1, 0), -1); CHECK_EQ(errno, EINVAL);
+  errno = 0; CHECK_EQ(chromalloc_colours(3, 0, 1, 8), -1); CHECK_EQ(errno, EINVAL);      /* only the L2 */
+  errno = 0; CHECK(chromalloc_malloc_coloured(100, 0) == NULL); CHECK_EQ(errno, EINVAL);
+  errno = 0; CHECK(chromalloc_malloc_coloured(100, 99) == NULL); CHECK_EQ(errno, EINVAL);
+  errno = 0; CHECK_EQ(chromalloc_recolour(NULL, 4096, 1), -1); CHECK_EQ(errno, EINVAL);
+  errno = 0; CHECK_EQ(chromalloc_colours_prepare(99, 4096, 0), -1); CHECK_EQ(errno, EINVAL);
+}
+
+static void* free_in_thread(void* p) { free(p); return NULL; }
+
+/* coloured memory behaves like memory, coloured or not */
+static void use(int set) {
+  char* small[200];
+  for (int i = 0; i < 200; i++) { small[i] = chromalloc_malloc_coloured((size_t)(i * 37 % 3000) + 1, set); memset(small[i], i, (size_t)(i * 37 % 3000) + 1); }
+  char* big = chromalloc_malloc_coloured(3u << 20, set);
+  CHECK(big != NULL);
+  memset(big, 7, 3u << 20);
+  big = realloc(big, 5u << 20);
+  CHECK(big != NULL && big[0] == 7 && big[(3u << 20) - 1] == 7);
+  bool ok = true;
+  for (int i = 0; i < 200; i++) { ok &= (unsigned char)small[i][0] == (unsigned char)i; free(small[i]); }
+  CHECK(ok);
+  free(big);
+  /* freed by another thread */
+  char* p = chromalloc_malloc_coloured(5000, set);
+  pthread_t t;
+  pthread_create(&t, NULL, free_in_thread, p);
+  pthread_join(t, NULL);
+}
+
+static atomic_bool stop;
+static volatile unsigned long* counter;
+static unsigned long rounds;
+static void* writer(void* arg) { while (!atomic_load(&stop)) { (*counter)++; rounds++; } return arg; }
+
+int main(int argc, char** argv) {
+  require_chromalloc("test_colour_api");
+  if (chromalloc_colours == NULL || chromalloc_malloc_coloured == NULL || chromalloc_recolour == NULL) {
+    fprintf(stderr, "test_colour_api: the colour API is not linked in\n");
+    return 2;
+  }
+  const char* mode = argc > 1 ? argv[1] : "ready";
+  misuse();
+  int set = chromalloc_colours(0, 0, 1, 8);
+  if (strcmp(mode, "disabled") == 0) {                   /* colours=0 or an unusable profile */
+    if (set < 0) {
+      CHECK_EQ(errno, ENOTSUP);                           /* colours=0: refused at once */
+    } else {
+      errno = 0;                                          /* the profile: found out in the background */
+      CHECK_EQ(chromalloc_colours_prepare(set, 4096, 10000), -1);
+      CHECK_EQ(errno, ENOTSUP);
+      use(set);                                           /* coloured requests: ordinary memory */
+    }
+    CHECK_EQ(chromalloc_colour_count(), -1);
+    return check_done("test_colour_api (colours unavailable)");
+  }
+  CHECK(set >= 1);
+  CHECK_EQ(chromalloc_colours(0, 0, 1, 8), set);          /* the same slice, the same set */
+  use(set);                                               /* before any stock: ordinary memory */
+  if (chromalloc_colours_prepare(set, 1u << 20, 60000) != 0) {
+    /* this machine cannot control colours: everything above still had to work */
+    CHECK(errno == ENOTSUP || errno == ETIMEDOUT);
+    fprintf(stderr, "test_colour_api: colours not available here (errno %d): ready-state checks skipped\n", errno);
+    return check_done("test_colour_api");
+  }
+  int colours = chromalloc_colour_count();
+  CHECK(colours >= 8);
+  use(set);
+  /* a coloured block's pages are of the set's colours: [0, colours/8) */
+  char* block = chromalloc_malloc_coloured(64 * 4096, set);
+  memset(block, 1, 64 * 4096);
+  int in = 0, known = 0;
+  for (int i = 0; i < 64; i++) {
+    int c = chromalloc_colour_of(block + i * 4096);
+    if (c >= 0) { known++; in += c < colours / 8; }
+  }
+  fprintf(stderr, "test_colour_api: %d colours; %d of 64 coloured pages checked, %d in the set\n", colours, known, in);
+  CHECK(known >= 24);                                      /* the live check is noisier than stocking */
+  CHECK(in * 10 >= known * 6);          /* random pages: colours/8 of colours, 12.5% in the set */
+  free(block);
+  /* recolouring a page another thread keeps writing to */
+  unsigned long* page = aligned_alloc(4096, 4096);
+  *page = 0;
+  counter = page;
+  pthread_t t;
+  pthread_create(&t, NULL, writer, NULL);
+  long moved = 0;
+  for (int k = 0; k < 50; k++) moved += chromalloc_recolour(page, 4096, set);
+  atomic_store(&stop, true);
+  pthread_join(t, NULL);
+  CHECK(moved > 0);
+  CHECK_EQ(*page, rounds);                                /* no increment lost across the moves */
+  free(page);
+  return check_done("test_colour_api");
+}
