@@ -58,9 +58,11 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc
 
 # Benchmarks against glibc, jemalloc, mimalloc and tcmalloc (installed from Debian packages by
-# the runner): CSV, JSON and PNG in bench/results/.  About 8 minutes; see bench/README.md.
+# the runner), then the colour layer's own (polluter/victim, calibration, recolouring): CSV, JSON
+# and PNG in bench/results/.  About 15 minutes; see bench/README.md.
 bench: lib
 	python3 bench/run.py all
+	python3 bench/colour.py
 
 # A short tour: the index benchmark at a few sizes (chromalloc, its index-unfriendly layout and
 # whichever peers are installed), then python3 running a bundled workload under chromalloc with
