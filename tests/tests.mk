@@ -1,7 +1,7 @@
 # Tests.  Every unit test is one C file built once without chromalloc (it reaches chromalloc's
 # extensions through weak symbols) and run three ways: linked against libchromalloc.so,
 # linked against libchromalloc.a, and as a plain binary under LD_PRELOAD.
-TEST_NAMES = api stress fork threads enomem invalid_free rss colour_api
+TEST_NAMES = api stress fork threads enomem invalid_free rss colour_api monitor
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-alloc-size-larger-than -Wno-free-nonheap-object -Wno-use-after-free -Wno-maybe-uninitialized -pthread -Iinclude
 TEST_BIN   = $(BUILD)/tests
 ABS_SO     = $(abspath $(SO))
@@ -20,7 +20,7 @@ $(TEST_BIN)/%-static: tests/unit/%.c tests/unit/check.h $(AR_LIB)
 
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static)
 # tests of internal interfaces: static link only
-TEST_INTERNAL = hooks colour
+TEST_INTERNAL = hooks colour nightwatch
 TEST_BINS += $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-static)
 
 .PHONY: test-unit

@@ -9,6 +9,7 @@
      so a child of a multi-threaded parent can allocate.
    - At exit the statistics are written when CHROMALLOC_STATS is set. */
 #include "../core/internal.h"
+#include "../policy/nightwatch.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ void _ca_process_init(void) {
   _ca_process.seed = _ca_opt(CA_OPT_SEED) != 0 ? (uint64_t)_ca_opt(CA_OPT_SEED) : (r[2] | 1);
   thread_key_ok = pthread_key_create(&thread_key, thread_done) == 0;
   atomic_store_explicit(&_ca_process.state, 2, ca_release);
+  _ca_nightwatch_init();
 }
 
 ca_heap_t* _ca_thread_init(void) {

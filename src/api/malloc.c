@@ -5,6 +5,7 @@
 #include "../core/alloc.h"
 #include "../../include/chromalloc.h"
 #include "../core/buf.h"
+#include "../core/hooks.h"
 #include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -32,7 +33,10 @@ ca_export void* calloc(size_t count, size_t size) {
   size_t n;
   if (ca_unlikely(__builtin_mul_overflow(count, size, &n))) { errno = ENOMEM; return NULL; }
   _ca_ensure_init();
-  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, true, 0);   /* fresh pages: no memset */
+  if (n > _ca_medium_limit) {
+    void* p = _ca_policy_place(n, true, __builtin_frame_address(0));
+    return p != NULL ? p : _ca_large_alloc(n, 0, true, 0);           /* fresh pages: no memset */
+  }
   return _ca_calloc_slow(n);
 }
 

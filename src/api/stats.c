@@ -11,6 +11,7 @@
 #include "../core/internal.h"
 #include "../color/colour.h"
 #include "../core/buf.h"
+#include "../policy/nightwatch.h"
 #include "../../include/chromalloc.h"
 #include <fcntl.h>
 #include <stdlib.h>
@@ -155,6 +156,8 @@ void _ca_stats_json(ca_buf_t* b) {
   kv_i(b, "heaps_reused", (int64_t)ldu(&_ca_stats.heaps_reused), false);
   ca_buf_str(b, "},\"colours\":");
   _ca_colour_stats_json(b);
+  ca_buf_str(b, ",\"nightwatch\":");
+  _ca_nightwatch_stats_json(b);
   ca_buf_str(b, ",\"checks\":{");
   kv_i(b, "double_free_confirmations", (int64_t)ldu(&_ca_stats.double_frees_checked), false);
   ca_buf_str(b, "}}\n");

@@ -337,7 +337,7 @@ static void hook_span_released(void* base, size_t bytes, uint32_t flavour) {
   _ca_unlock(&L.lock);
 }
 
-static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released, NULL };
+static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released };
 
 static void fork_child(void) {
   /* the child's pooled pages are copies: their frames (colours) are not the parent's */

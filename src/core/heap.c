@@ -7,6 +7,7 @@
    Heaps are never unmapped: a thread that exits returns its heap to a pool for the next thread,
    so a remote thread holding a heap pointer never reads freed memory. */
 #include "internal.h"
+#include "hooks.h"
 #include "queue.h"
 
 ca_span_t _ca_span_empty = { .flags = CA_SPAN_UNUSED };
@@ -135,6 +136,10 @@ void* _ca_malloc_generic(ca_heap_t* h, size_t n) {
   if (ca_unlikely(h == &_ca_heap_empty)) {
     h = _ca_thread_init();
     if (h == NULL) { errno = ENOMEM; return NULL; }
+  }
+  if (n >= CA_OS_PAGE && h->flavour == 0) {
+    void* p = _ca_policy_place(n, false, __builtin_frame_address(0));
+    if (p != NULL) return p;
   }
   if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, false, h->flavour);
   h->generic_calls++;

@@ -8,7 +8,16 @@
      for the span's flavour.  Returns false when it did not, and the span stays ordinary memory.
    - span_released: the range is free again; called before the core would purge it, so a hook
      that placed special pages there can take them back first.
-   - chunk: a large object was allocated or freed (the events a locality monitor samples). */
+
+   A policy (src/policy/) installs a second, separate table:
+   - place: a chunk of at least a page is requested from a thread's ordinary heap (malloc, or
+     calloc when `zero`).  The policy may allocate it itself (as a large object of a flavour,
+     through _ca_large_alloc / _ca_malloc_flavour, which never call place) or return NULL to let
+     the core allocate it as usual.  Sizes below a page, and the fast path, never see it.
+     `frame` is the frame address of the allocator's entry point (__builtin_frame_address(0)
+     there): the program's frames lie above it, which is where a context is read from.
+   - chunk: a large object is freed (CA_CHUNK_FREE) or about to be resized in place or moved
+     (CA_CHUNK_RESIZE): the policy stops watching it. */
 #ifndef CA_HOOKS_H
 #define CA_HOOKS_H
 
@@ -16,19 +25,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum ca_chunk_event_e { CA_CHUNK_ALLOC, CA_CHUNK_FREE } ca_chunk_event_t;
+typedef enum ca_chunk_event_e { CA_CHUNK_FREE, CA_CHUNK_RESIZE } ca_chunk_event_t;
 
 typedef struct ca_hooks_s {
   bool (*span_memory)(void* base, size_t bytes, uint32_t flavour);
   void (*span_released)(void* base, size_t bytes, uint32_t flavour);
-  void (*chunk)(ca_chunk_event_t event, void* p, size_t size);
 } ca_hooks_t;
+
+typedef struct ca_policy_s {
+  void* (*place)(size_t n, bool zero, const void* frame);
+  void  (*chunk)(ca_chunk_event_t event, void* p, size_t size);
+} ca_policy_t;
 
 #pragma GCC visibility push(hidden)
 extern const ca_hooks_t* _ca_hooks;
+extern const ca_policy_t* _ca_policy;
 void _ca_hooks_install(const ca_hooks_t* hooks);   /* NULL uninstalls */
+void _ca_policy_install(const ca_policy_t* policy);
 #pragma GCC visibility pop
 
 #define CA_HOOK(name, ...) do { const ca_hooks_t* h_ = _ca_hooks; if (h_ != NULL && h_->name != NULL) h_->name(__VA_ARGS__); } while (0)
+#define CA_POLICY_CHUNK(...) do { const ca_policy_t* p_ = _ca_policy; if (p_ != NULL) p_->chunk(__VA_ARGS__); } while (0)
+
+/* the policy's chunk, or NULL: the core allocates */
+static inline void* _ca_policy_place(size_t n, bool zero, const void* frame) {
+  const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
+  return p != NULL ? p->place(n, zero, frame) : NULL;
+}
 
 #endif

@@ -92,6 +92,8 @@ typedef enum ca_option_e {
   CA_OPT_THP,             /* madvise(MADV_HUGEPAGE) on segments */
   CA_OPT_SEED,            /* 0 = random per process */
   CA_OPT_VERBOSE,
+  CA_OPT_NIGHTWATCH,      /* the NightWatch policy */
+  CA_OPT_NIGHTWATCH_MONITOR,  /* 1 = monitor every chunk (prediction checks) */
   CA_OPT_COUNT
 } ca_option_t;
 

@@ -46,12 +46,11 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   seg->flavour = filled ? flavour : 0;
   if (filled) seg->is_zero = 0;
   if (zero && !seg->is_zero) memset(p, 0, n);
-  CA_HOOK(chunk, CA_CHUNK_ALLOC, p, n);
   return p;
 }
 
 void _ca_large_free(ca_segment_t* seg) {
-  CA_HOOK(chunk, CA_CHUNK_FREE, seg->large_ptr, seg->large_size);
+  CA_POLICY_CHUNK(CA_CHUNK_FREE, seg->large_ptr, seg->large_size);
   uint8_t* page;
   size_t bytes;
   object_pages(seg, &page, &bytes);
@@ -68,6 +67,7 @@ void _ca_large_free(ca_segment_t* seg) {
    moving its pages to a new 2 MiB-aligned place with mremap (page tables move, data does not).
    NULL when none worked; the caller then copies. */
 void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
+  CA_POLICY_CHUNK(CA_CHUNK_RESIZE, p, seg->large_size);
   size_t off = (size_t)((uint8_t*)p - (uint8_t*)seg);
   if (n <= seg->large_size) {
     if (n < seg->large_size / 2 && seg->large_size - n > CA_SEGMENT_SIZE) {

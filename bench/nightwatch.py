@@ -1,0 +1,840 @@
+#!/usr/bin/env python3
+"""NightWatch benchmark: does chromalloc's pollution control protect victims, and at what cost?
+
+  python3 bench/nightwatch.py [--reps 5] [--quick] [--chromalloc PATH] [--out DIR]
+                              [--skip corun,foundation]
+
+Programs: build/bench/pv (bench/nightwatch/pv.c, built here with cc -std=c11 -O2) and the
+foundation suite of bench/run.py (bench/src/*.c, built by run.py's own build function).
+
+  workloads   pv frames / requests (polluter workloads: a hot victim plus buffers streamed
+              once, from their own call sites), neutral and victims (no polluter), and the
+              victim alone (frames-alone, requests-alone: pv --no-polluter, the best case), each
+              under glibc, mimalloc, chromalloc-off (CHROMALLOC_OPTIONS=nightwatch=0),
+              chromalloc-on (no options: the default, nightwatch=1) and chromalloc-monitor
+              (nightwatch_monitor=1: every chunk monitored, for the prediction success);
+              interleaved: every repetition runs each workload under all configurations back
+              to back, in an order rotated by one place per repetition.
+  corun       pv polluter on CPU 0 and pv victim on CPU 1 at the same time (taskset), under
+              glibc, chromalloc-off and chromalloc-on, and the victim alone.
+  foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0 and
+              nightwatch=1: the policy's cost on allocation-heavy programs.
+
+Every chromalloc run writes its statistics (CHROMALLOC_STATS) and the "nightwatch" object in
+them gives the prediction counts and the per-context decisions; a library without it is
+reported as n/a.  The library is copied once at start and the copy is measured, so a rebuild
+during the run cannot mix two builds.  Outputs (bench/results/): nightwatch.csv (every run),
+nightwatch_summary.json (medians, ratios, prediction success, contexts, targets, machine),
+nightwatch.png.  Exit status: 0 when every run succeeded (targets met or not), 1 when a run
+failed, 2 on usage or build errors.
+"""
+import argparse
+import csv
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "bench"
+LIB = ROOT / "build" / "libchromalloc.so"
+LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+RESULTS = ROOT / "bench" / "results"
+
+WORKLOADS = ["frames", "requests", "neutral", "victims"]
+POLLUTED = ["frames", "requests"]            # the polluter workloads
+CLEAN = ["neutral", "victims"]               # no polluter: must not slow down
+ALONE = {"frames-alone": "frames", "requests-alone": "requests"}
+FOUNDATION = ["churn", "mixed", "large", "larson"]
+CONFIGS = ["glibc", "mimalloc", "chromalloc-off", "chromalloc-on", "chromalloc-monitor"]
+CORUN_CONFIGS = ["glibc", "chromalloc-off", "chromalloc-on"]
+# expected roles of pv's allocation sites (function names), for the context check
+POLLUTER_SITES = ["frame_buffer", "read_body", "render_response"]
+VICTIM_SITES = ["victim_alloc", "session_scratch", "index_buckets", "work_buffer", "scratch_chunk",
+                "table_a", "table_b", "table_c", "table_d"]
+
+TARGETS = {"speedup_off": 1.3, "geomean_vs_glibc": 1.18, "slowdown": 1.02, "overhead": 1.01}
+PV_TIMEOUT = 180
+OWN_ENV = ("CHROMALLOC_OPTIONS", "CHROMALLOC_STATS")   # set per configuration, never inherited
+
+
+def say(msg=""):
+    print(msg, flush=True)
+
+
+def loud(msg):
+    bar = "!" * 78
+    print(f"{bar}\n!! {msg}\n{bar}", flush=True)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def fmt(x, spec=".3f", none="n/a"):
+    return none if x is None else format(x, spec)
+
+
+def load_runpy():
+    """bench/run.py as a module: its build, launcher, preload check and suite runner."""
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = mod            # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------------------------------
+# Configurations
+
+@dataclass
+class Config:
+    name: str
+    preload: str | None
+    env: dict = field(default_factory=dict)
+    package: str | None = None
+    stats: bool = False                       # chromalloc: write CHROMALLOC_STATS
+
+
+def config_table(lib):
+    return {c.name: c for c in [
+        Config("glibc", None),
+        Config("mimalloc", str(LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0"),
+        Config("chromalloc-off", str(lib), {"CHROMALLOC_OPTIONS": "nightwatch=0"}, stats=True),
+        Config("chromalloc-on", str(lib), {}, stats=True),          # the default: nightwatch=1
+        Config("chromalloc-monitor", str(lib), {"CHROMALLOC_OPTIONS": "nightwatch_monitor=1"},
+               stats=True),
+    ]}
+
+
+def snapshot_library(src):
+    """A private copy of the library, so that a rebuild during the run cannot mix builds."""
+    data = src.read_bytes()
+    dst_dir = BUILD / "nightwatch-lib"
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    dst = dst_dir / "libchromalloc.so"
+    tmp = dst_dir / ".libchromalloc.so.tmp"
+    tmp.write_bytes(data)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, dst)
+    return dst, hashlib.sha256(data).hexdigest()
+
+
+def build_pv(cc):
+    BUILD.mkdir(parents=True, exist_ok=True)
+    cmd = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-o", str(BUILD / "pv"),
+           str(ROOT / "bench" / "nightwatch" / "pv.c"), "-lm"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.stdout.strip() or r.stderr.strip():
+        say((r.stdout + r.stderr).strip())
+    if r.returncode != 0:
+        say(f"build failed: {shlex.join(cmd)}")
+        sys.exit(2)
+
+
+# ---------------------------------------------------------------------------------------
+# Running pv
+
+@dataclass
+class Run:
+    experiment: str                           # workload | corun-victim | corun-polluter | foundation
+    workload: str
+    config: str
+    rep: int
+    victim_ns: float | None = None
+    victim_ns_p10: float | None = None
+    victim_ns_p90: float | None = None
+    total_s: float | None = None
+    victim_s: float | None = None
+    frames: int | None = None
+    wall_s: float | None = None
+    maxrss_kib: int | None = None
+    checksum: str | None = None
+    nw: dict | None = None                    # the "nightwatch" object of the stats, if any
+    option_unknown: bool = False              # the library warned "unknown option 'nightwatch..."
+    error: str = ""
+
+    @property
+    def ok(self):
+        return not self.error
+
+
+def child_env(cfg, stats_path=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",) + OWN_ENV}
+    env.update(cfg.env)
+    if cfg.stats and stats_path:
+        env["CHROMALLOC_STATS"] = stats_path
+    return env
+
+
+def pv_argv(workload, extra):
+    if workload in ALONE:
+        return [str(BUILD / "pv"), ALONE[workload], "--no-polluter"] + extra
+    return [str(BUILD / "pv"), workload] + extra
+
+
+def start(br, cfg, argv, report, stats_path, cpu=None):
+    cmd = br.launch_cmd(cfg, report, argv)
+    if cpu is not None:
+        cmd = (["taskset", "-c", str(cpu)] + cmd) if shutil.which("taskset") else cmd
+    pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None and not shutil.which("taskset") else None
+    p = subprocess.Popen(cmd, env=child_env(cfg, stats_path), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=pre)
+    return p, cmd
+
+
+def finish(run, p, cmd, report, stats_path, timeout, name):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        run.error = f"timed out after {timeout} s"
+    rep = Path(report).read_text().split() if Path(report).exists() else []
+    if not run.error:
+        if p.returncode != 0 or len(rep) != 5:
+            run.error = f"launcher failed ({p.returncode})"
+        else:
+            run.wall_s, run.maxrss_kib, status = float(rep[0]), int(rep[1]), int(rep[2])
+            if status < 0:
+                run.error = f"killed by signal {-status} ({signal.strsignal(-status)})"
+            elif status != 0:
+                run.error = f"exit status {status}"
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[0] == "RESULT" and f[1] == name:
+            kv = dict(x.split("=", 1) for x in f[2:] if "=" in x)
+            try:
+                run.victim_ns = float(kv["victim_ns"])
+                run.victim_ns_p10 = float(kv.get("victim_ns_p10", "nan"))
+                run.victim_ns_p90 = float(kv.get("victim_ns_p90", "nan"))
+                run.total_s = float(kv["total_s"])
+                run.victim_s = float(kv.get("victim_s", "nan"))
+                run.frames = int(kv.get("frames", "0"))
+                run.checksum = kv.get("checksum")
+            except (KeyError, ValueError):
+                run.error = run.error or f"bad RESULT line: {line}"
+    if not run.error and run.victim_ns is None:
+        run.error = "no RESULT line"
+    if not run.error and "cannot be preloaded" in err:
+        run.error = "LD_PRELOAD failed"
+    run.option_unknown = "unknown option 'nightwatch" in err
+    if stats_path and Path(stats_path).exists():
+        try:
+            doc = json.loads(Path(stats_path).read_text())
+            nw = doc.get("nightwatch")
+            run.nw = nw if isinstance(nw, dict) else None
+        except (OSError, ValueError) as e:
+            say(f"  note: unreadable statistics of {run.workload} under {run.config}: {e}")
+    if not run.ok:
+        loud(f"FAILED: {run.experiment} {run.workload} under {run.config}, rep {run.rep}: {run.error}\n"
+             f"   command: {shlex.join(cmd)}" + (f"\n   stderr: {err.strip()[-600:]}" if err.strip() else ""))
+        logs = RESULTS / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"nightwatch-{run.experiment}-{run.workload}-{run.config}-rep{run.rep}.log").write_text(
+            f"command: {shlex.join(cmd)}\nerror: {run.error}\n--- stdout\n{out}--- stderr\n{err}")
+    return run
+
+
+def run_pv(br, cfg, experiment, workload, rep, extra, cpu=None, timeout=PV_TIMEOUT):
+    with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
+        report, stats = os.path.join(tmp, "report"), os.path.join(tmp, "stats.json")
+        argv = pv_argv(workload, extra)
+        p, cmd = start(br, cfg, argv, report, stats, cpu)
+        name = argv[1] + ("-alone" if "--no-polluter" in argv else "")
+        return finish(Run(experiment, workload, cfg.name, rep), p, cmd, report, stats, timeout, name)
+
+
+def check_checksums(runs):
+    """pv's checksum depends on the workload only: every configuration must print glibc's."""
+    by = {}
+    for r in runs:
+        if r.ok and r.checksum not in (None, "na"):
+            by.setdefault(r.workload, []).append(r)
+    for w, group in by.items():
+        ref = [r.checksum for r in group if r.config == "glibc"] or [r.checksum for r in group]
+        ref = max(set(ref), key=ref.count)
+        for r in group:
+            if r.checksum != ref:
+                r.error = f"checksum {r.checksum} differs from the reference {ref}"
+                loud(f"FAILED: {w} under {r.config}, rep {r.rep}: {r.error}")
+
+
+# ---------------------------------------------------------------------------------------
+# NightWatch statistics
+
+def pred_counts(nw):
+    """(hits, misses) of a run's "nightwatch" object: its "predictions", else the contexts' sum."""
+    if not nw:
+        return None
+    p = nw.get("predictions")
+    if isinstance(p, dict) and "hits" in p and "misses" in p:
+        return int(p["hits"]), int(p["misses"])
+    ctx = nw.get("contexts")
+    if isinstance(ctx, list):
+        return (sum(int(c.get("pred_hits", 0)) for c in ctx), sum(int(c.get("pred_misses", 0)) for c in ctx))
+    return None
+
+
+def site_function(site):
+    s = str(site)
+    return s.split("+", 1)[0].split(" ", 1)[0]
+
+
+def prediction_summary(runs):
+    """Pooled over the repetitions: hits / (hits + misses); None without statistics."""
+    counts = [pred_counts(r.nw) for r in runs if r.ok]
+    counts = [c for c in counts if c is not None]
+    if not counts:
+        return {"runs_with_stats": 0, "hits": None, "misses": None, "success": None}
+    h, m = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    return {"runs_with_stats": len(counts), "hits": h, "misses": m, "success": ratio(h, h + m)}
+
+
+def nw_totals(runs):
+    keys = ["chunks", "monitored", "restrictive"]
+    out = {}
+    for k in keys:
+        out[k] = median([r.nw.get(k) for r in runs if r.ok and r.nw and isinstance(r.nw.get(k), (int, float))])
+    out["enabled"] = sorted({bool(r.nw.get("enabled")) for r in runs if r.ok and r.nw and "enabled" in r.nw}) or None
+    return out
+
+
+def contexts_of(runs):
+    """The contexts of the last run that has them, with the role expected from the site name."""
+    for r in reversed(runs):
+        if r.ok and r.nw and isinstance(r.nw.get("contexts"), list):
+            out = []
+            for c in r.nw["contexts"]:
+                fn = site_function(c.get("site", ""))
+                exp = "restrictive" if fn in POLLUTER_SITES else "open" if fn in VICTIM_SITES else None
+                out.append({k: c.get(k) for k in ("site", "chunks", "bytes", "sampled_pages", "miss_rate",
+                                                   "decision", "pred_hits", "pred_misses")}
+                           | {"expected": exp, "rep": r.rep})
+            return out
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Experiments
+
+def workloads_experiment(br, cfgs, reps, quick):
+    extra = {"frames": ["--frames=150"], "requests": ["--frames=120"], "neutral": ["--frames=400"],
+             "victims": ["--frames=4000"], "frames-alone": ["--frames=150"],
+             "requests-alone": ["--frames=120"]} if quick else {}
+    plan = [(w, [c for c in cfgs]) for w in WORKLOADS]
+    plan += [(w, [c for c in cfgs if c.name != "chromalloc-monitor"]) for w in ALONE]
+    n = sum(len(cs) for _, cs in plan) * reps
+    say(f"\n=== workloads: {len(plan)} workloads, {n} runs ({reps} reps, interleaved)")
+    runs, t0 = [], time.monotonic()
+    for rep in range(1, reps + 1):
+        for w, cs in plan:
+            k = (rep - 1) % len(cs)
+            for cfg in cs[k:] + cs[:k]:
+                r = run_pv(br, cfg, "workload", w, rep, extra.get(w, []))
+                runs.append(r)
+                pc = pred_counts(r.nw)
+                say(f"rep {rep}/{reps}  {w:<15} {cfg.name:<19} victim {fmt(r.victim_ns, '7.2f')} ns  "
+                    f"total {fmt(r.total_s, '6.3f')} s"
+                    + (f"  pred {pc[0]}/{pc[0] + pc[1]}" if pc else "")
+                    + ("" if r.ok else "  FAILED"))
+    check_checksums(runs)
+    say(f"workloads: {len(runs)} runs in {time.monotonic() - t0:.0f} s")
+    return runs
+
+
+def corun_experiment(br, cfgs, reps, seconds):
+    if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
+        loud("corun: needs CPUs 0 and 1; skipped")
+        return []
+    names = [c for c in CORUN_CONFIGS if c in cfgs]
+    say(f"\n=== corun: pv polluter on CPU 0 + pv victim on CPU 1, {seconds:g} s, "
+        f"{'/'.join(names)} and the victim alone, {reps} reps")
+    runs = []
+    lead = 0.5                                # the polluter runs alone first (its contexts are learnt)
+    for rep in range(1, reps + 1):
+        order = names[(rep - 1) % len(names):] + names[:(rep - 1) % len(names)] + ["alone"]
+        for name in order:
+            cfg = cfgs["glibc" if name == "alone" else name]
+            with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
+                pol = None
+                if name != "alone":
+                    prep, pstats = os.path.join(tmp, "prep"), os.path.join(tmp, "pstats.json")
+                    pargv = pv_argv("polluter", [f"--seconds={seconds + lead + 0.5:g}"])
+                    pol, pcmd = start(br, cfg, pargv, prep, pstats, cpu=0)
+                    time.sleep(lead)
+                vrep, vstats = os.path.join(tmp, "vrep"), os.path.join(tmp, "vstats.json")
+                vargv = pv_argv("victim", [f"--seconds={seconds:g}"])
+                vp, vcmd = start(br, cfg, vargv, vrep, vstats, cpu=1)
+                v = finish(Run("corun-victim", "victim", name, rep), vp, vcmd, vrep, vstats, PV_TIMEOUT, "victim")
+                runs.append(v)
+                line = f"rep {rep}/{reps}  corun {name:<15} victim {fmt(v.victim_ns, '7.2f')} ns/lookup"
+                if pol is not None:
+                    pr = finish(Run("corun-polluter", "polluter", name, rep), pol, pcmd, prep, pstats,
+                                PV_TIMEOUT, "polluter")
+                    runs.append(pr)
+                    line += f"   polluter {fmt(pr.victim_ns, '6.2f')} ns/line"
+                    if pr.nw:
+                        line += f", restrictive chunks {pr.nw.get('restrictive', 'n/a')}"
+                say(line + ("" if v.ok else "  FAILED"))
+    return runs
+
+
+def foundation_experiment(br, lib, reps, stats_dir):
+    on = br.Allocator("chromalloc-on", str(lib), env={"CHROMALLOC_STATS": str(stats_dir / "on.json")})
+    off = br.Allocator("chromalloc-off", str(lib), env={"CHROMALLOC_OPTIONS": "nightwatch=0",
+                                                          "CHROMALLOC_STATS": str(stats_dir / "off.json")})
+    say(f"\n=== foundation: {', '.join(FOUNDATION)} under chromalloc nightwatch=0 / nightwatch=1, {reps} reps")
+    runs = []
+    for rep in range(1, reps + 1):
+        for b in FOUNDATION:
+            for a in ([off, on] if rep % 2 else [on, off]):
+                r = br.execute(a, b, rep, [], br.SUITE_TIMEOUT)
+                run = Run("foundation", b, a.name, rep, total_s=r.seconds, wall_s=r.seconds,
+                          maxrss_kib=r.maxrss_kib, checksum=r.checksum, error=r.error)
+                sp = Path(a.env["CHROMALLOC_STATS"])
+                if sp.exists():
+                    try:
+                        nw = json.loads(sp.read_text()).get("nightwatch")
+                        run.nw = nw if isinstance(nw, dict) else None
+                    except (OSError, ValueError):
+                        pass
+                    sp.unlink()
+                runs.append(run)
+                say(f"rep {rep}/{reps}  {b:<8} {a.name:<15} {fmt(r.seconds, '6.3f')} s"
+                    + ("" if r.ok else "  FAILED"))
+    for b in FOUNDATION:
+        group = [r for r in runs if r.workload == b and r.ok]
+        sums = [r.checksum for r in group]
+        if sums:
+            ref = max(set(sums), key=sums.count)
+            for r in group:
+                if r.checksum != ref:
+                    r.error = f"checksum {r.checksum} differs from {ref}"
+                    loud(f"FAILED: foundation {b} under {r.config}, rep {r.rep}: {r.error}")
+    return runs
+
+
+# ---------------------------------------------------------------------------------------
+# Summary and targets
+
+def summarise(runs, corun, found, cfg_names):
+    wl = {}
+    for w in WORKLOADS + list(ALONE):
+        wl[w] = {}
+        for c in cfg_names:
+            mine = [r for r in runs if r.workload == w and r.config == c]
+            good = [r for r in mine if r.ok]
+            if not mine:
+                continue
+            ns = [r.victim_ns for r in good]
+            wl[w][c] = {"runs": len(mine), "ok_runs": len(good), "victim_ns": median(ns),
+                        "victim_ns_min": min(ns, default=None), "victim_ns_max": max(ns, default=None),
+                        "total_s": median([r.total_s for r in good]),
+                        "wall_s": median([r.wall_s for r in good]),
+                        "maxrss_kib": median([r.maxrss_kib for r in good])}
+            if c.startswith("chromalloc"):
+                wl[w][c]["nightwatch"] = nw_totals(good)
+                wl[w][c]["prediction"] = prediction_summary(good)
+                wl[w][c]["nightwatch_stats_present"] = any(r.nw for r in good)
+                wl[w][c]["option_unknown"] = any(r.option_unknown for r in good)
+
+    def get(w, c, k="victim_ns"):
+        return wl.get(w, {}).get(c, {}).get(k)
+
+    ratios = {}
+    for w in WORKLOADS:
+        on, off, gl, mi = (get(w, c) for c in ("chromalloc-on", "chromalloc-off", "glibc", "mimalloc"))
+        d = {"speedup_on_vs_off": ratio(off, on), "speedup_on_vs_glibc": ratio(gl, on),
+             "speedup_on_vs_mimalloc": ratio(mi, on),
+             "slowdown_total_on_vs_off": ratio(get(w, "chromalloc-on", "total_s"), get(w, "chromalloc-off", "total_s")),
+             "slowdown_victim_on_vs_off": ratio(on, off),
+             "slowdown_wall_on_vs_off": ratio(get(w, "chromalloc-on", "wall_s"), get(w, "chromalloc-off", "wall_s")),
+             "monitor_total_vs_off": ratio(get(w, "chromalloc-monitor", "total_s"), get(w, "chromalloc-off", "total_s"))}
+        if w in POLLUTED:
+            alone_off, alone_gl = get(w + "-alone", "chromalloc-off"), get(w + "-alone", "glibc")
+            d["upper_bound_speedup_off_vs_alone"] = ratio(off, alone_off)
+            d["upper_bound_speedup_glibc_vs_alone"] = ratio(gl, alone_gl)
+            d["pollution_factor_glibc"] = ratio(gl, alone_gl)
+            d["gap_recovered_vs_off"] = (off - on) / (off - alone_off) if None not in (on, off, alone_off) and off > alone_off else None
+        ratios[w] = d
+
+    pred = {w: {"monitor_run": wl.get(w, {}).get("chromalloc-monitor", {}).get("prediction"),
+                "default_run": wl.get(w, {}).get("chromalloc-on", {}).get("prediction")} for w in WORKLOADS}
+    ctx = {w: contexts_of([r for r in runs if r.workload == w and r.config == c])
+           for w in WORKLOADS for c in ["chromalloc-monitor"]}
+    ctx_default = {w: contexts_of([r for r in runs if r.workload == w and r.config == "chromalloc-on"]) for w in WORKLOADS}
+
+    co = {}
+    for name in CORUN_CONFIGS + ["alone"]:
+        v = [r for r in corun if r.experiment == "corun-victim" and r.config == name and r.ok]
+        p = [r for r in corun if r.experiment == "corun-polluter" and r.config == name and r.ok]
+        if v or p:
+            co[name] = {"victim_ns": median([r.victim_ns for r in v]),
+                        "victim_ns_min": min((r.victim_ns for r in v), default=None),
+                        "victim_ns_max": max((r.victim_ns for r in v), default=None),
+                        "polluter_ns_per_line": median([r.victim_ns for r in p]),
+                        "polluter_restrictive_chunks": median([r.nw.get("restrictive") for r in p
+                                                               if r.nw and isinstance(r.nw.get("restrictive"), (int, float))]),
+                        "runs": len(v)}
+    if co:
+        g, off, on, al = (co.get(n, {}).get("victim_ns") for n in ("glibc", "chromalloc-off", "chromalloc-on", "alone"))
+        co["ratios"] = {"speedup_on_vs_off": ratio(off, on), "speedup_on_vs_glibc": ratio(g, on),
+                        "pollution_factor_glibc": ratio(g, al)}
+
+    fd = {}
+    for b in FOUNDATION:
+        d = {}
+        for c in ("chromalloc-off", "chromalloc-on"):
+            secs = [r.total_s for r in found if r.workload == b and r.config == c and r.ok]
+            d[c] = {"median_seconds": median(secs), "min_seconds": min(secs, default=None),
+                    "max_seconds": max(secs, default=None), "ok_runs": len(secs)}
+        d["ratio_on_vs_off"] = ratio(d["chromalloc-on"]["median_seconds"], d["chromalloc-off"]["median_seconds"])
+        fd[b] = d
+    if found:
+        fd["geomean_ratio_on_vs_off"] = geomean([fd[b]["ratio_on_vs_off"] for b in FOUNDATION])
+    return wl, ratios, pred, ctx, ctx_default, co, fd
+
+
+def verdict(value, limit, higher_is_better):
+    if value is None:
+        return "SKIP"
+    return "PASS" if (value >= limit if higher_is_better else value <= limit) else "FAIL"
+
+
+def targets(ratios, fd, found_ran):
+    t = []
+    for w in POLLUTED:
+        v = ratios[w]["speedup_on_vs_off"]
+        t.append((f"{w}: victim speed-up chromalloc-on vs -off >= {TARGETS['speedup_off']}x",
+                  verdict(v, TARGETS["speedup_off"], True), fmt(v)))
+    gm = geomean([ratios[w]["speedup_on_vs_glibc"] for w in POLLUTED])
+    complete = all(ratios[w]["speedup_on_vs_glibc"] for w in POLLUTED)
+    t.append((f"geomean victim speed-up vs glibc over {', '.join(POLLUTED)} >= {TARGETS['geomean_vs_glibc']}x",
+              verdict(gm if complete else None, TARGETS["geomean_vs_glibc"], True), fmt(gm)))
+    for w in CLEAN:
+        v = ratios[w]["slowdown_total_on_vs_off"]
+        t.append((f"{w}: time on / off <= {TARGETS['slowdown']} (workload loop, in-program)",
+                  verdict(v, TARGETS["slowdown"], False), fmt(v, ".4f")))
+    g = fd.get("geomean_ratio_on_vs_off") if found_ran else None
+    t.append((f"foundation ({', '.join(FOUNDATION)}): geomean wall time on / off <= {TARGETS['overhead']}",
+              verdict(g, TARGETS["overhead"], False),
+              fmt(g, ".4f") + ("  [" + ", ".join(f"{b} {fmt(fd[b]['ratio_on_vs_off'], '.3f')}" for b in FOUNDATION) + "]"
+                               if found_ran else "")))
+    return t
+
+
+# ---------------------------------------------------------------------------------------
+# Output
+
+def write_csv(path, runs):
+    cols = ["experiment", "workload", "config", "rep", "victim_ns", "victim_ns_p10", "victim_ns_p90",
+            "total_s", "victim_s", "frames", "wall_s", "maxrss_kib", "checksum", "ok", "nw_enabled",
+            "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "error"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in runs:
+            pc = pred_counts(r.nw)
+            nw = r.nw or {}
+            w.writerow([r.experiment, r.workload, r.config, r.rep, fmt(r.victim_ns, ".4f", ""),
+                        fmt(r.victim_ns_p10, ".4f", ""), fmt(r.victim_ns_p90, ".4f", ""),
+                        fmt(r.total_s, ".5f", ""), fmt(r.victim_s, ".5f", ""), r.frames or "",
+                        fmt(r.wall_s, ".5f", ""), r.maxrss_kib or "", r.checksum or "", int(r.ok),
+                        "" if "enabled" not in nw else int(bool(nw["enabled"])), nw.get("chunks", ""),
+                        nw.get("monitored", ""), nw.get("restrictive", ""),
+                        "" if pc is None else pc[0], "" if pc is None else pc[1], r.error])
+
+
+COLORS = {"glibc": "#7f7f7f", "mimalloc": "#2ca02c", "chromalloc-off": "#ff7f0e",
+          "chromalloc-on": "#d62728", "chromalloc-monitor": "#9467bd", "alone": "#1f77b4"}
+
+
+def plot(path, wl, ratios, co, fd, cfg_names):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        say("matplotlib not available: nightwatch.png not written (CSV and JSON are)")
+        return
+    fig, ax = plt.subplots(2, 2, figsize=(14, 9))
+    a = ax[0][0]
+    names = [c for c in cfg_names if c != "chromalloc-monitor"]
+    width = 0.8 / len(names)
+    for i, c in enumerate(names):
+        ys = [wl[w].get(c, {}).get("victim_ns") or 0 for w in WORKLOADS]
+        a.bar([x + (i - (len(names) - 1) / 2) * width for x in range(len(WORKLOADS))], ys, width,
+              label=c, color=COLORS.get(c))
+    for x, w in enumerate(WORKLOADS):
+        if w in POLLUTED:
+            al = wl.get(w + "-alone", {}).get("glibc", {}).get("victim_ns")
+            if al:
+                a.hlines(al, x - 0.45, x + 0.45, colors=COLORS["alone"], linestyles="--",
+                         label="victim alone (glibc)" if x == 0 else None)
+    a.set_xticks(range(len(WORKLOADS)))
+    a.set_xticklabels(WORKLOADS)
+    a.set_ylabel("ns per victim lookup / line (median)")
+    a.set_title("victim phase: median ns (lower is better)")
+    a.legend(fontsize=8)
+
+    a = ax[0][1]
+    keys = [("speedup_on_vs_off", "on vs off"), ("speedup_on_vs_glibc", "on vs glibc"),
+            ("speedup_on_vs_mimalloc", "on vs mimalloc"), ("upper_bound_speedup_off_vs_alone", "bound: off / alone")]
+    width = 0.8 / len(keys)
+    for i, (k, lab) in enumerate(keys):
+        ys = [ratios[w].get(k) or 0 for w in WORKLOADS]
+        a.bar([x + (i - (len(keys) - 1) / 2) * width for x in range(len(WORKLOADS))], ys, width, label=lab)
+    a.axhline(1.0, color="black", linewidth=0.8)
+    a.axhline(TARGETS["speedup_off"], color="red", linewidth=0.8, linestyle=":", label=f"target {TARGETS['speedup_off']}x")
+    a.set_xticks(range(len(WORKLOADS)))
+    a.set_xticklabels(WORKLOADS)
+    a.set_ylabel("victim speed-up (x)")
+    a.set_title("speed-up of chromalloc-on (higher is better)")
+    a.legend(fontsize=8)
+
+    a = ax[1][0]
+    names = [n for n in CORUN_CONFIGS + ["alone"] if n in co]
+    if names:
+        a.bar(range(len(names)), [co[n]["victim_ns"] or 0 for n in names], color=[COLORS.get(n) for n in names])
+        for x, n in enumerate(names):
+            lo, hi = co[n]["victim_ns_min"], co[n]["victim_ns_max"]
+            if lo is not None:
+                a.vlines(x, lo, hi, colors="black")
+        a.set_xticks(range(len(names)))
+        a.set_xticklabels(names)
+    a.set_ylabel("victim ns per lookup (median, min-max)")
+    a.set_title("co-running: polluter on CPU 0, victim on CPU 1")
+
+    a = ax[1][1]
+    bs = [b for b in FOUNDATION if b in fd]
+    if bs:
+        ys = [fd[b]["ratio_on_vs_off"] or 0 for b in bs] + [fd.get("geomean_ratio_on_vs_off") or 0]
+        a.bar(range(len(ys)), ys, color="#d62728")
+        a.axhline(1.0, color="black", linewidth=0.8)
+        a.axhline(TARGETS["overhead"], color="red", linewidth=0.8, linestyle=":", label=f"target {TARGETS['overhead']}")
+        a.set_xticks(range(len(ys)))
+        a.set_xticklabels(bs + ["geomean"])
+        lo = min([y for y in ys if y] + [0.97])
+        hi = max(ys + [1.03])
+        a.set_ylim(lo - 0.01, hi + 0.01)
+        a.legend(fontsize=8)
+    a.set_ylabel("wall time nightwatch=1 / nightwatch=0")
+    a.set_title("policy cost on allocation-heavy benchmarks (lower is better)")
+    fig.suptitle("NightWatch: victims protected from polluters (bench/nightwatch.py)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    say(f"wrote {os.path.relpath(path, ROOT)}")
+
+
+def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
+    say("\nVictim ns per lookup (median over reps of each run's median over frames; neutral: ns per line)")
+    say(f"{'workload':<16}" + "".join(f"{c:>20}" for c in cfg_names))
+    for w in WORKLOADS + list(ALONE):
+        say(f"{w:<16}" + "".join(f"{fmt(wl[w].get(c, {}).get('victim_ns'), '.2f', '-'):>20}" for c in cfg_names))
+    say("\nIn-program workload time, s (median)")
+    for w in WORKLOADS:
+        say(f"{w:<16}" + "".join(f"{fmt(wl[w].get(c, {}).get('total_s'), '.3f', '-'):>20}" for c in cfg_names))
+    say("\nRatios")
+    say(f"{'workload':<10}{'on/off speed-up':>17}{'vs glibc':>10}{'vs mimalloc':>13}{'bound off/alone':>17}"
+        f"{'gap recovered':>15}{'time on/off':>13}{'monitor/off':>13}")
+    for w in WORKLOADS:
+        d = ratios[w]
+        say(f"{w:<10}{fmt(d['speedup_on_vs_off']):>17}{fmt(d['speedup_on_vs_glibc']):>10}"
+            f"{fmt(d['speedup_on_vs_mimalloc']):>13}{fmt(d.get('upper_bound_speedup_off_vs_alone'), '.3f', '-'):>17}"
+            f"{fmt(d.get('gap_recovered_vs_off'), '.0%', '-'):>15}{fmt(d['slowdown_total_on_vs_off'], '.4f'):>13}"
+            f"{fmt(d['monitor_total_vs_off'], '.4f'):>13}")
+    say("\nNightWatch statistics (chromalloc-on: medians; prediction success pooled over reps)")
+    say(f"{'workload':<10}{'chunks':>9}{'monitored':>11}{'restrictive':>13}{'pred. default':>15}{'pred. monitor':>15}")
+    for w in WORKLOADS:
+        s = wl[w].get("chromalloc-on", {}).get("nightwatch", {}) or {}
+        pd, pm = pred[w]["default_run"] or {}, pred[w]["monitor_run"] or {}
+
+        def ps(p):
+            return "n/a" if not p or p.get("success") is None else f"{100 * p['success']:.1f}% ({p['hits']}/{p['hits'] + p['misses']})"
+        say(f"{w:<10}{fmt(s.get('chunks'), '.0f'):>9}{fmt(s.get('monitored'), '.0f'):>11}"
+            f"{fmt(s.get('restrictive'), '.0f'):>13}{ps(pd):>15}{ps(pm):>15}")
+    for w in WORKLOADS:
+        if ctx.get(w):
+            say(f"  contexts of {w} (monitor run): " + "; ".join(
+                f"{c['site']}: {c['decision']} (miss {fmt(c.get('miss_rate'), '.2f')}, {c.get('chunks')} chunks"
+                + (f", expected {c['expected']}" if c['expected'] else "") + ")" for c in ctx[w]))
+    if co:
+        say("\nCo-running (victim on CPU 1, polluter on CPU 0): victim ns per lookup, median [min-max]")
+        for n in CORUN_CONFIGS + ["alone"]:
+            if n in co:
+                c = co[n]
+                say(f"  {n:<16}{fmt(c['victim_ns'], '.2f'):>8}  [{fmt(c['victim_ns_min'], '.2f')}-{fmt(c['victim_ns_max'], '.2f')}]"
+                    + (f"   polluter {fmt(c['polluter_ns_per_line'], '.2f')} ns/line" if n != "alone" else ""))
+        r = co["ratios"]
+        say(f"  on/off speed-up {fmt(r['speedup_on_vs_off'])}, on vs glibc {fmt(r['speedup_on_vs_glibc'])}, "
+            f"glibc co-run / alone {fmt(r['pollution_factor_glibc'])} (the pollution there is to remove)")
+    if fd:
+        say("\nFoundation benchmarks: median wall s, nightwatch=0 / nightwatch=1 [min-max]")
+        for b in FOUNDATION:
+            if b in fd:
+                d = fd[b]
+                say(f"  {b:<8}" + "".join(
+                    f"{fmt(d[c]['median_seconds'], '.3f'):>8} [{fmt(d[c]['min_seconds'], '.3f')}-{fmt(d[c]['max_seconds'], '.3f')}]"
+                    for c in ("chromalloc-off", "chromalloc-on")) + f"   ratio {fmt(d['ratio_on_vs_off'], '.4f')}")
+
+
+def context_check(ctx):
+    """Extra: every pv context with a known role decided as expected (monitor runs)."""
+    seen = [c for w in WORKLOADS for c in (ctx.get(w) or []) if c["expected"] and c["decision"] != "unknown"]
+    if not seen:
+        return ("(extra) contexts decided as their role (polluter sites restrictive, others open)", "SKIP",
+                "no decided contexts in the statistics")
+    wrong = [f"{c['site']} {c['decision']}" for c in seen if c["decision"] != c["expected"]]
+    return ("(extra) contexts decided as their role (polluter sites restrictive, others open)",
+            "FAIL" if wrong else "PASS", f"{len(seen) - len(wrong)}/{len(seen)} right" + (": wrong " + "; ".join(wrong) if wrong else ""))
+
+
+# ---------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, help="repetitions (default 5; corun min(reps, 3); --quick 1)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, short workloads")
+    ap.add_argument("--chromalloc", help="libchromalloc.so to measure (default build/libchromalloc.so)")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: corun, foundation, mimalloc")
+    ap.add_argument("--corun-seconds", type=float, help="victim duration in the co-running runs (default 3)")
+    ap.add_argument("--out", help="results directory (default bench/results)")
+    args = ap.parse_args()
+    global RESULTS
+    if args.out:
+        RESULTS = Path(args.out).resolve()
+    reps = args.reps or (1 if args.quick else 5)
+    skip = {s for s in args.skip.split(",") if s}
+    if reps < 1 or skip - {"corun", "foundation", "mimalloc"}:
+        ap.error("--reps must be >= 1; --skip takes corun, foundation, mimalloc")
+    t_start = time.monotonic()
+    for k in OWN_ENV:                          # run.py's launcher passes the environment on
+        os.environ.pop(k, None)
+    cc = os.environ.get("CC", "cc")
+    try:
+        br = load_runpy()
+    except Exception as e:                     # noqa: BLE001 - anything there is a build error here
+        say(f"cannot load bench/run.py: {e}")
+        return 2
+    br.RESULTS = RESULTS
+    br.build(cc)                               # the foundation programs, launch and probe
+    build_pv(cc)
+
+    src = Path(args.chromalloc).resolve() if args.chromalloc else LIB
+    table = config_table(src)
+    lib_info = None
+    if src.exists():
+        snap, sha = snapshot_library(src)
+        lib_info = {"path": str(src), "sha256": sha, "measured_copy": str(snap)}
+        for c in table.values():
+            if c.name.startswith("chromalloc"):
+                c.preload = str(snap)
+    else:
+        loud(f"{src} does not exist (make lib): chromalloc configurations skipped")
+    if "mimalloc" in skip:
+        table.pop("mimalloc")
+    usable = {}
+    for name, c in table.items():
+        if c.preload is None:
+            usable[name] = c
+            continue
+        if not Path(c.preload).exists():
+            if c.package:
+                say(f"{name}: {c.preload} missing; installing {c.package} with apt-get")
+                if not br.apt_install(c.package) or not Path(c.preload).exists():
+                    loud(f"WARNING: could not install {c.package}; skipping {name}")
+                    continue
+            else:
+                continue
+        why = br.check_preload(br.Allocator(name, c.preload))
+        if why:
+            loud(f"ERROR: {name} cannot be used: {why}; skipped")
+            continue
+        usable[name] = c
+    cfg_names = [n for n in CONFIGS if n in usable]
+    say(f"configurations: {', '.join(cfg_names)}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+
+    runs = workloads_experiment(br, [usable[n] for n in cfg_names], reps, args.quick)
+    corun = []
+    if "corun" not in skip:
+        secs = args.corun_seconds or (1.0 if args.quick else 3.0)
+        corun = corun_experiment(br, usable, min(reps, 3), secs)
+    found = []
+    if "foundation" not in skip and lib_info:
+        with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
+            found = foundation_experiment(br, Path(lib_info["measured_copy"]), reps, Path(tmp))
+    elapsed = time.monotonic() - t_start
+
+    all_runs = runs + corun + found
+    wl, ratios, pred, ctx, ctx_default, co, fd = summarise(runs, corun, found, cfg_names)
+    tg = targets(ratios, fd, bool(found)) + [context_check(ctx)]
+    if lib_info:
+        lib_info["changed_during_run"] = (hashlib.sha256(src.read_bytes()).hexdigest() != lib_info["sha256"]
+                                          if src.exists() else True)
+    nw_present = any(r.nw for r in runs)
+    option_unknown = any(r.option_unknown for r in runs)
+    write_csv(RESULTS / "nightwatch.csv", all_runs)
+    try:
+        meta = br.machine_info([br.Allocator(n, c.preload, c.env) for n, c in usable.items()],
+                               br.allocator_table(src), cc)
+    except Exception as e:                     # noqa: BLE001 - the description is optional
+        meta = {"error": str(e)}
+    doc = {"machine": meta, "library": lib_info, "reps": reps, "quick": args.quick,
+           "elapsed_seconds": round(elapsed, 1), "configs": {n: {"preload": c.preload, "env": c.env}
+                                                             for n, c in usable.items()},
+           "nightwatch_stats_present": nw_present, "nightwatch_option_unknown": option_unknown,
+           "workloads": wl, "ratios": ratios, "prediction": pred,
+           "contexts_monitor_run": ctx, "contexts_default_run": ctx_default,
+           "corun": co, "foundation": fd,
+           "targets": [{"target": a, "status": b, "detail": c} for a, b, c in tg],
+           "failed_runs": sum(not r.ok for r in all_runs), "command": shlex.join([sys.executable] + sys.argv)}
+    with open(RESULTS / "nightwatch_summary.json", "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    say(f"wrote {os.path.relpath(RESULTS / 'nightwatch.csv', ROOT)}, "
+        f"{os.path.relpath(RESULTS / 'nightwatch_summary.json', ROOT)}")
+    plot(RESULTS / "nightwatch.png", wl, ratios, co, fd, cfg_names)
+
+    print_tables(wl, ratios, pred, ctx, co, fd, cfg_names)
+    if not nw_present and any(n.startswith("chromalloc") for n in cfg_names):
+        loud("the library writes no \"nightwatch\" statistics: prediction and contexts are n/a"
+             + ("; it does not know the option 'nightwatch' either, so on = off" if option_unknown else ""))
+    if lib_info and lib_info["changed_during_run"]:
+        say(f"note: {src} changed during the run; the copy taken at start was measured")
+    say("\nTargets (NightWatch; reported, not enforced):")
+    for a, b, c in tg:
+        say(f"  {b:<4}  {a}: {c}")
+    failed = sum(not r.ok for r in all_runs)
+    say(f"\nnightwatch: {len(all_runs)} runs in {elapsed:.0f} s, {failed} failed")
+    if failed:
+        loud("some runs FAILED (see above, the ok column of nightwatch.csv and bench/results/logs/)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

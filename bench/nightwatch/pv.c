@@ -1,0 +1,448 @@
+/* pv: polluter/victim workloads for the NightWatch policy (bench/nightwatch.py).
+   A *victim* is hot data (a structure looked up again and again, small enough for the L2); a
+   *polluter* is a chunk (>= 4 KiB) whose data is streamed once.  NightWatch learns from the
+   allocation context (call stack) of a chunk whether it is a polluter and gives new chunks of
+   polluter contexts pages of 1/8 of the L2 colours, so that streaming them evicts little of the
+   victim.  Every victim phase is a dependent chase (each lookup needs the previous one's
+   result), timed on its own with clock_gettime, so that its ns per lookup shows whether the
+   victim's lines were still in the L2.
+
+   Usage: pv WORKLOAD [--key=value ...] [--no-polluter]
+     frames    one victim array of 64-byte nodes (--victim-kib, default 256), allocated once;
+               per frame (--frames, 1000) a buffer (--buf-kib, 1536) is malloc'd in its own
+               function, written, read once (summed) and freed, then one lap of random lookups
+               through the victim (each node once, in a random cyclic order) is timed.
+     requests  a hash index (buckets + one malloc'd 64-byte node per key, --victim-kib of
+               nodes) as the victim; per request (--frames, 800) a body (768 or 1024 KiB
+               alternately) and a response (512 KiB) are allocated through one wrapper,
+               req_alloc(), from two call sites and streamed once, and a 32 KiB session scratch
+               from a third call site of the same wrapper is reused heavily (8 passes); then one
+               lap of chained lookups in the index is timed.
+     neutral   no polluter: per iteration (--frames, 600) four 64 KiB work buffers reused over
+               8 passes, plus 32 scratch chunks of 8 KiB each written and read 4 times; the
+               passes over the work buffers are the timed phase.
+     victims   no polluter: 8 hot tables of --victim-kib/8 each (>= 4 KiB chunks) from 4 call
+               sites, one chase through all of them per round (--frames, 2500), and one table
+               re-allocated (copied into a new chunk, old one freed) per round.
+     polluter  co-running: frames' polluter alone (--buf-kib, default 8192 here) for --seconds
+               (default 4).
+     victim    co-running: frames' victim alone (--victim-kib, default 2048 here) for --seconds.
+   --no-polluter (frames, requests): skip the polluter buffers: the victim alone, the best case.
+   --seed=N changes the data (and the checksum).
+
+   Output, one line: RESULT <workload> victim_ns=<median over frames of ns per lookup>
+     victim_ns_p10=.. victim_ns_p90=.. total_s=<the workload loop> victim_s=<timed phases>
+     frames=<n> checksum=<hex>
+   The checksum depends on the workload, its options and the seed only (never on addresses), so
+   it is the same under every allocator; the timed modes (polluter, victim) print checksum=na.
+   The program pins itself to the CPU it starts on. */
+#include "../src/bench.h"
+#include <sched.h>
+
+#define NOINLINE __attribute__((noinline))
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+static long opt_victim_kib = -1, opt_buf_kib = -1, opt_frames = -1, opt_seed = 1;
+static double opt_seconds = 4.0;
+static int opt_no_polluter = 0;
+
+static long parse_num(const char* s, const char* name, long min) {
+  char* end;
+  errno = 0;
+  long v = strtol(s, &end, 0);
+  if (errno || *end || end == s || v < min) fail("--%s must be an integer >= %ld", name, min);
+  return v;
+}
+
+static void parse_options(int argc, char** argv) {
+  for (int i = 2; i < argc; i++) {
+    const char* a = argv[i];
+    const char* eq = strchr(a, '=');
+    const char* v = eq ? eq + 1 : "";
+    if (strcmp(a, "--no-polluter") == 0) opt_no_polluter = 1;
+    else if (strncmp(a, "--victim-kib=", 13) == 0) opt_victim_kib = parse_num(v, "victim-kib", 8);
+    else if (strncmp(a, "--buf-kib=", 10) == 0) opt_buf_kib = parse_num(v, "buf-kib", 4);
+    else if (strncmp(a, "--frames=", 9) == 0) opt_frames = parse_num(v, "frames", 1);
+    else if (strncmp(a, "--seed=", 7) == 0) opt_seed = parse_num(v, "seed", 0);
+    else if (strncmp(a, "--seconds=", 10) == 0) {
+      char* end;
+      opt_seconds = strtod(v, &end);
+      if (*end || end == v || opt_seconds <= 0) fail("--seconds must be a positive number");
+    } else fail("unknown option '%s'", a);
+  }
+}
+
+static long def(long v, long d) { return v < 0 ? d : v; }
+
+/* ---- timing ------------------------------------------------------------------------------- */
+
+static int cmpd(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct { double* v; size_t n, cap; double sum_s; } samples_t;
+
+static void sample(samples_t* s, uint64_t ns, uint64_t lookups) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 1024;
+    s->v = check_alloc(realloc(s->v, s->cap * sizeof *s->v), s->cap * sizeof *s->v);
+  }
+  s->v[s->n++] = (double)ns / (double)lookups;
+  s->sum_s += (double)ns * 1e-9;
+}
+
+/* the first `skip` frames (cold caches, first touches) are not part of the statistics */
+static void report(const char* name, samples_t* s, size_t skip, double total_s, uint64_t checksum,
+                   int has_checksum) {
+  size_t n = s->n > skip ? s->n - skip : 0;
+  double* v = s->v + (s->n - n);
+  double med = 0, p10 = 0, p90 = 0;
+  if (n) {
+    qsort(v, n, sizeof *v, cmpd);
+    med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    p10 = v[n / 10];
+    p90 = v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
+  }
+  printf("RESULT %s victim_ns=%.3f victim_ns_p10=%.3f victim_ns_p90=%.3f total_s=%.4f victim_s=%.4f "
+         "frames=%zu ", name, med, p10, p90, total_s, s->sum_s, s->n);
+  if (has_checksum) printf("checksum=%016llx\n", (unsigned long long)checksum);
+  else printf("checksum=na\n");
+}
+
+/* ---- the polluter: a buffer from its own call site, written, read once, freed ------------- */
+
+NOINLINE static uint64_t* frame_buffer(size_t bytes) {
+  uint64_t* p = malloc(bytes);
+  return check_alloc(p, bytes);
+}
+
+static void fill(uint64_t* w, size_t words, uint64_t x) {
+  for (size_t i = 0; i < words; i++) w[i] = x + i * 0x9e3779b97f4a7c15ULL;
+}
+
+static uint64_t sum(const uint64_t* w, size_t words) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < words; i++) s += w[i] ^ (w[i] >> 29);
+  return s;
+}
+
+NOINLINE static uint64_t stream_frame(size_t bytes, uint64_t frame) {
+  uint64_t* b = frame_buffer(bytes);
+  fill(b, bytes / 8, mix64(frame));
+  uint64_t s = sum(b, bytes / 8);
+  free(b);
+  return s;
+}
+
+/* ---- the frames victim: an array of 64-byte nodes in one random cycle -------------------- */
+
+typedef struct { uint32_t next, pad; uint64_t key; uint64_t payload[6]; } node_t;
+
+NOINLINE static node_t* victim_alloc(size_t bytes) {
+  node_t* p = malloc(bytes);
+  return check_alloc(p, bytes);
+}
+
+static node_t* make_victim(size_t n, rng_t* r) {
+  node_t* v = victim_alloc(n * sizeof *v);
+  uint32_t* perm = check_alloc(malloc(n * sizeof *perm), n * sizeof *perm);
+  for (size_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
+  for (size_t i = n - 1; i > 0; i--) {            /* Sattolo: one cycle through all nodes */
+    size_t j = rng_range(r, 0, i - 1);
+    uint32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+  }
+  for (size_t i = 0; i < n; i++) {
+    v[i].next = perm[i];
+    v[i].key = rng_next(r);
+    for (int k = 0; k < 6; k++) v[i].payload[k] = v[i].key + (uint64_t)k;
+  }
+  free(perm);
+  return v;
+}
+
+/* `lookups` dependent lookups from *pos; returns the sum of the keys seen */
+static uint64_t chase(const node_t* v, uint32_t* pos, size_t lookups) {
+  uint32_t i = *pos;
+  uint64_t s = 0;
+  for (size_t k = 0; k < lookups; k++) {
+    i = v[i].next;
+    s += v[i].key;
+  }
+  *pos = i;
+  return s;
+}
+
+static void run_frames(void) {
+  size_t vkib = (size_t)def(opt_victim_kib, 192), bkib = (size_t)def(opt_buf_kib, 1536);
+  long frames = def(opt_frames, 1000);
+  rng_t r = rng_seed((uint64_t)opt_seed);
+  size_t n = vkib * 1024 / sizeof(node_t);
+  node_t* v = make_victim(n, &r);
+  uint32_t pos = 0;
+  uint64_t check = 0;
+  samples_t s = { 0 };
+  uint64_t t0 = now_ns();
+  for (long f = 0; f < frames; f++) {
+    if (!opt_no_polluter) check += stream_frame(bkib * 1024, (uint64_t)f);
+    uint64_t a = now_ns();
+    check += chase(v, &pos, n);
+    sample(&s, now_ns() - a, n);
+  }
+  double total = (double)(now_ns() - t0) * 1e-9;
+  free(v);
+  report(opt_no_polluter ? "frames-alone" : "frames", &s, 5, total, check, 1);
+}
+
+/* ---- requests: a hash index of malloc'd nodes; request buffers through one wrapper -------- */
+
+typedef struct inode_s { uint64_t key, value; struct inode_s* next; uint64_t payload[5]; } inode_t;
+
+NOINLINE static void* req_alloc(size_t bytes) {        /* the common wrapper */
+  void* p = malloc(bytes);
+  return check_alloc(p, bytes);
+}
+
+NOINLINE static uint64_t read_body(size_t bytes, uint64_t req) {    /* call site 1: streamed */
+  uint64_t* b = req_alloc(bytes);
+  fill(b, bytes / 8, mix64(req));
+  uint64_t s = sum(b, bytes / 8);
+  free(b);
+  return s;
+}
+
+NOINLINE static uint64_t render_response(size_t bytes, uint64_t seed) {  /* call site 2: streamed */
+  uint64_t* b = req_alloc(bytes);
+  fill(b, bytes / 8, seed);
+  uint64_t s = sum(b, bytes / 8);
+  free(b);
+  return s;
+}
+
+NOINLINE static uint64_t session_scratch(size_t bytes, uint64_t seed) {  /* call site 3: reused */
+  uint64_t* b = req_alloc(bytes);
+  size_t words = bytes / 8;
+  fill(b, words, seed);
+  uint64_t s = 0;
+  for (int pass = 0; pass < 8; pass++)
+    for (size_t i = 0; i < words; i++) { s += b[i]; b[i] = s ^ (uint64_t)pass; }
+  free(b);
+  return s;
+}
+
+NOINLINE static inode_t* index_node(void) { inode_t* p = malloc(sizeof *p); return check_alloc(p, sizeof *p); }
+NOINLINE static inode_t** index_buckets(size_t n) {
+  inode_t** p = calloc(n, sizeof *p);
+  return check_alloc(p, n * sizeof *p);
+}
+
+static uint64_t lookup_chain(inode_t** buckets, uint64_t mask, uint64_t* key, size_t lookups) {
+  uint64_t k = *key, s = 0;
+  for (size_t i = 0; i < lookups; i++) {
+    inode_t* e = buckets[mix64(k) & mask];
+    while (e->key != k) e = e->next;                 /* every key looked up is present */
+    s += e->payload[0];
+    k = e->value;
+  }
+  *key = k;
+  return s;
+}
+
+static void run_requests(void) {
+  size_t vkib = (size_t)def(opt_victim_kib, 192);
+  long reqs = def(opt_frames, 800);
+  rng_t r = rng_seed((uint64_t)opt_seed);
+  size_t n = vkib * 1024 / sizeof(inode_t), nb = 1;
+  while (nb * 2 <= n / 2) nb *= 2;                  /* about two nodes per bucket */
+  inode_t** buckets = index_buckets(nb);
+  uint64_t* keys = check_alloc(malloc(n * sizeof *keys), n * sizeof *keys);
+  uint32_t* perm = check_alloc(malloc(n * sizeof *perm), n * sizeof *perm);
+  for (size_t i = 0; i < n; i++) { keys[i] = rng_next(&r) | 1; perm[i] = (uint32_t)i; }
+  for (size_t i = n - 1; i > 0; i--) {              /* the values form one cycle of keys */
+    size_t j = rng_range(&r, 0, i - 1);
+    uint32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+  }
+  inode_t** nodes = check_alloc(malloc(n * sizeof *nodes), n * sizeof *nodes);
+  for (size_t i = 0; i < n; i++) {
+    inode_t* e = index_node();
+    e->key = keys[i];
+    e->value = keys[perm[i]];
+    for (int k = 0; k < 5; k++) e->payload[k] = mix64(keys[i] + (uint64_t)k);
+    uint64_t b = mix64(e->key) & (nb - 1);
+    e->next = buckets[b];
+    buckets[b] = e;
+    nodes[i] = e;
+  }
+  free(perm);
+  uint64_t key = keys[0], check = 0;
+  free(keys);
+  samples_t s = { 0 };
+  uint64_t t0 = now_ns();
+  for (long q = 0; q < reqs; q++) {
+    if (!opt_no_polluter) {
+      check += read_body((q & 1 ? 1024 : 768) * 1024, (uint64_t)q);
+      check += session_scratch(32 * 1024, (uint64_t)q);
+      check += render_response(512 * 1024, check);
+    }
+    uint64_t a = now_ns();
+    check += lookup_chain(buckets, nb - 1, &key, n);
+    sample(&s, now_ns() - a, n);
+  }
+  double total = (double)(now_ns() - t0) * 1e-9;
+  for (size_t i = 0; i < n; i++) free(nodes[i]);
+  free(nodes);
+  free(buckets);
+  report(opt_no_polluter ? "requests-alone" : "requests", &s, 5, total, check, 1);
+}
+
+/* ---- neutral: chunks with reuse only ------------------------------------------------------ */
+
+NOINLINE static uint64_t* work_buffer(size_t bytes) { uint64_t* p = malloc(bytes); return check_alloc(p, bytes); }
+NOINLINE static uint64_t* scratch_chunk(size_t bytes) { uint64_t* p = malloc(bytes); return check_alloc(p, bytes); }
+
+static void run_neutral(void) {
+  long iters = def(opt_frames, 2400);
+  enum { NBUF = 4, BUF = 32 * 1024, PASSES = 8, NSCR = 32, SCR = 8 * 1024 };
+  size_t words = BUF / 8;
+  uint64_t check = 0;
+  samples_t s = { 0 };
+  uint64_t t0 = now_ns();
+  for (long it = 0; it < iters; it++) {
+    uint64_t* b[NBUF];
+    for (int k = 0; k < NBUF; k++) { b[k] = work_buffer(BUF); fill(b[k], words, mix64((uint64_t)(it * NBUF + k))); }
+    uint64_t a = now_ns();
+    uint64_t acc = 0;
+    for (int p = 0; p < PASSES; p++)
+      for (int k = 0; k < NBUF; k++) {
+        uint64_t* w = b[k];
+        for (size_t i = 0; i < words; i++) { acc += w[i]; w[i] = acc ^ (uint64_t)p; }
+      }
+    sample(&s, now_ns() - a, (uint64_t)PASSES * NBUF * BUF / 64);
+    check += acc;
+    for (int k = 0; k < NSCR; k++) {
+      uint64_t* c = scratch_chunk(SCR);
+      fill(c, SCR / 8, acc + (uint64_t)k);
+      for (int p = 0; p < 4; p++) check += sum(c, SCR / 8) + (uint64_t)p;
+      free(c);
+    }
+    for (int k = 0; k < NBUF; k++) free(b[k]);
+  }
+  report("neutral", &s, 5, (double)(now_ns() - t0) * 1e-9, check, 1);
+}
+
+/* ---- victims: several hot tables, re-allocated now and then, no streaming ----------------- */
+
+typedef struct { uint32_t next, pad; uint64_t val; uint64_t payload[6]; } entry_t;
+
+NOINLINE static entry_t* table_a(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static entry_t* table_b(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static entry_t* table_c(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static entry_t* table_d(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
+static entry_t* (*const table_site[4])(size_t) = { table_a, table_b, table_c, table_d };
+
+static void run_victims(void) {
+  enum { TMAX = 256 };
+  const unsigned ps = 8;                            /* 256 entries of 64 B: 16 KiB per table */
+  size_t per = (size_t)1 << ps;
+  size_t T = (size_t)def(opt_victim_kib, 128) / 16;
+  if (T < 2) T = 2;
+  if (T > TMAX) T = TMAX;
+  size_t n = per * T;
+  long rounds = def(opt_frames, 20000);
+  rng_t r = rng_seed((uint64_t)opt_seed);
+  entry_t* tab[TMAX];
+  for (size_t t = 0; t < T; t++) tab[t] = table_site[t % 4](per * sizeof(entry_t));
+  uint32_t* perm = check_alloc(malloc(n * sizeof *perm), n * sizeof *perm);
+  for (size_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
+  for (size_t i = n - 1; i > 0; i--) {
+    size_t j = rng_range(&r, 0, i - 1);
+    uint32_t x = perm[i]; perm[i] = perm[j]; perm[j] = x;
+  }
+  for (size_t g = 0; g < n; g++) {
+    entry_t* e = &tab[g >> ps][g & (per - 1)];
+    e->next = perm[g];
+    e->val = rng_next(&r);
+    for (int k = 0; k < 6; k++) e->payload[k] = e->val ^ (uint64_t)k;
+  }
+  free(perm);
+  uint32_t g = 0;
+  uint64_t check = 0;
+  samples_t s = { 0 };
+  uint64_t t0 = now_ns();
+  for (long q = 0; q < rounds; q++) {
+    uint64_t a = now_ns();
+    uint64_t acc = 0;
+    for (size_t k = 0; k < n; k++) {
+      const entry_t* e = &tab[g >> ps][g & (per - 1)];
+      g = e->next;
+      acc += tab[g >> ps][g & (per - 1)].val;
+    }
+    sample(&s, now_ns() - a, n);
+    check += acc;
+    size_t t = (size_t)q % T;                         /* re-allocate one table */
+    entry_t* fresh = table_site[t % 4](per * sizeof(entry_t));
+    memcpy(fresh, tab[t], per * sizeof(entry_t));
+    free(tab[t]);
+    tab[t] = fresh;
+  }
+  double total = (double)(now_ns() - t0) * 1e-9;
+  for (size_t t = 0; t < T; t++) free(tab[t]);
+  report("victims", &s, 5, total, check, 1);
+}
+
+/* ---- co-running halves -------------------------------------------------------------------- */
+
+static void run_polluter(void) {
+  size_t bkib = (size_t)def(opt_buf_kib, 8192);
+  uint64_t end = now_ns() + (uint64_t)(opt_seconds * 1e9), check = 0;
+  samples_t s = { 0 };
+  uint64_t t0 = now_ns();
+  for (uint64_t f = 0; now_ns() < end; f++) {
+    uint64_t a = now_ns();
+    check += stream_frame(bkib * 1024, f);
+    sample(&s, now_ns() - a, bkib * 1024 / 64);     /* ns per streamed line */
+  }
+  if (check == 42) puts("");                        /* keep the sums */
+  report("polluter", &s, 2, (double)(now_ns() - t0) * 1e-9, 0, 0);
+}
+
+static void run_victim(void) {
+  size_t vkib = (size_t)def(opt_victim_kib, 2048);
+  rng_t r = rng_seed((uint64_t)opt_seed);
+  size_t n = vkib * 1024 / sizeof(node_t);
+  node_t* v = make_victim(n, &r);
+  uint64_t end = now_ns() + (uint64_t)(opt_seconds * 1e9), check = 0;
+  uint32_t pos = 0;
+  samples_t s = { 0 };
+  uint64_t t0 = now_ns();
+  while (now_ns() < end) {
+    uint64_t a = now_ns();
+    check += chase(v, &pos, n);
+    sample(&s, now_ns() - a, n);
+  }
+  if (check == 42) puts("");
+  free(v);
+  report("victim", &s, 2, (double)(now_ns() - t0) * 1e-9, 0, 0);
+}
+
+int main(int argc, char** argv) {
+  bench_name = "pv";
+  if (argc < 2) fail("usage: pv frames|requests|neutral|victims|polluter|victim [--victim-kib=N] "
+                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--no-polluter]");
+  parse_options(argc, argv);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  sched_setaffinity(0, sizeof one, &one);
+  const char* w = argv[1];
+  if (strcmp(w, "frames") == 0) run_frames();
+  else if (strcmp(w, "requests") == 0) run_requests();
+  else if (strcmp(w, "neutral") == 0) run_neutral();
+  else if (strcmp(w, "victims") == 0) run_victims();
+  else if (strcmp(w, "polluter") == 0) run_polluter();
+  else if (strcmp(w, "victim") == 0) run_victim();
+  else fail("unknown workload '%s'", w);
+  (void)arg_long;
+  return 0;
+}

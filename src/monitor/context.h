@@ -1,0 +1,28 @@
+/* Allocation contexts (context.c): which call stack an allocation comes from, cheaply, in
+   binaries built without frame pointers. */
+#ifndef CA_CONTEXT_H
+#define CA_CONTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CA_CONTEXT_FRAMES 10
+
+typedef struct ca_context_s {
+  uint64_t  hash;                          /* 0 is never a valid hash */
+  uintptr_t frames[CA_CONTEXT_FRAMES];     /* return addresses, innermost first, outside chromalloc */
+  uint32_t  nframes;
+} ca_context_t;
+
+#pragma GCC visibility push(hidden)
+/* Capture the calling thread's allocation context from the stack above `from` (the frame of
+   chromalloc's entry point; NULL: the caller's own frame), skipping chromalloc's own code. */
+void _ca_context_capture(ca_context_t* ctx, const void* from);
+/* "symbol+0xoff (object)" of a return address, via dladdr; never allocates. */
+void _ca_context_symbol(uintptr_t pc, char* out, size_t len);
+/* Forget the list of code ranges (tests, dlopen): it is rebuilt on the next capture. */
+void _ca_context_refresh(void);
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,440 @@
+/* The locality monitor: is a chunk's data reused while it is still in the L2?
+
+   Per monitored chunk, s^0.65 of its s whole pages are sampled (NightWatch's sampling count).
+   Each sampled page goes through reference pairs:
+
+     ARMED_FIRST --fault--> OPEN --burst window--> ARMED --fault: measure--> OPEN ... DONE
+       (PROT_NONE)          (accessible, burst       (PROT_NONE)
+                             accesses run free)
+
+   The first fault only notes which line was touched.  The page then stays accessible for a
+   burst window (accesses in a burst hit in any mapping and say nothing), after which the
+   monitor thread protects it again.  The next fault is the second reference of the pair: a
+   hit when the lines touched at the first reference are still in the L2.  The paper decides
+   this from PMU miss counts between the two references; without a PMU (this machine) it is a
+   timed reload on the faulting thread, in the fault handler: a dependent chase over 8 lines of
+   the page starting at the first reference's line, against a threshold measured at start
+   (median chase with the lines in the L2 vs after streaming twice the L2).  A second
+   reference that comes later than the reuse window (what this machine's L2 keeps: contents
+   decay within ~0.1-1 ms as the core is shared outside the guest) is a miss without timing.
+
+   Each page gives up to 4 pairs.  A chunk converges, as in the paper, when the miss rate of
+   the latest round of measurements differs from the rate before it by at most 0.1 (and at
+   least 8 were made); its verdict is "polluter" when the miss rate is above one half.  Then
+   its remaining pages are opened and the verdict goes to the policy from the monitor thread.
+
+   Correctness: the fault handler (trap.c) resolves faults on sampled pages and chains every
+   other fault.  A fault racing with the page being opened finds the page already open and is
+   retried.  System calls given a sampled buffer, and mprotect/munmap by the program, go
+   through _ca_monitor_release first (syscalls.c). */
+#define _GNU_SOURCE
+#include "monitor.h"
+#include "trap.h"
+#include "../core/internal.h"
+#include "../core/buf.h"
+#include "../color/colour.h"
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CHUNKS     64
+#define MAX_SAMPLES    512
+#define PAIRS_PER_PAGE 4
+#define MIN_EVIDENCE   8
+#define MARGIN_PCT     10
+#define CHASE_LINES    8
+#define BURST_US       20          /* a page stays open this long after a reference */
+#define WINDOW_US      1000        /* L2 contents here do not outlive ~1 ms */
+#define RETIRE_MS      100         /* a slot is not reused while late faults may still come */
+
+enum { PG_ARMED_FIRST, PG_OPEN, PG_ARMED, PG_DONE };
+enum { CH_FREE, CH_ACTIVE, CH_VERDICT, CH_RETIRED };
+
+typedef struct sample_s {
+  uint32_t index;        /* page index within the chunk's whole pages */
+  uint8_t  state, pairs;
+  uint8_t  line;         /* line of the first reference */
+  uint8_t  late;         /* faults after the page was done (races), bounded */
+  uint64_t t;            /* ns: opened (OPEN) or protected (ARMED) */
+} sample_t;
+
+typedef struct mchunk_s {
+  int       state;
+  uintptr_t lo, hi;      /* whole pages of the chunk */
+  void*     p;
+  size_t    n;
+  uint64_t  cookie;
+  uint32_t  nsamples, done;
+  uint32_t  hits, misses, round_hits, round_misses;
+  bool      polluter, has_verdict;
+  uint64_t  retired_ms;
+  sample_t  s[MAX_SAMPLES];
+} mchunk_t;
+
+static struct {
+  ca_lock_t      lock;
+  mchunk_t       chunks[MAX_CHUNKS];
+  _Atomic(int)   active;              /* chunks in CH_ACTIVE or CH_VERDICT */
+  ca_verdict_fn  verdict;
+  bool           inited, trap_ok;
+  sem_t          wake;
+  _Atomic(pid_t) thread_pid;          /* process the thread runs in (0: none) */
+  uint32_t       hit_ticks, miss_ticks, threshold;
+  uint64_t       first_refs, pairs, pair_hits, late_pairs, rearms, released, no_room, verdicts;
+  uint64_t       fault_ns;
+} M;
+
+/* ---- sampling count: ceil(s^0.65) without libm (bisection on x^20 = s^13) ------------------ */
+static double pow20(double x) { double x2 = x * x, x4 = x2 * x2, x5 = x4 * x, x10 = x5 * x5; return x10 * x10; }
+static double pow13(double x) { double x2 = x * x, x4 = x2 * x2, x8 = x4 * x4; return x8 * x4 * x; }
+
+uint32_t _ca_monitor_samples(size_t pages) {
+  if (pages <= 1) return (uint32_t)pages;
+  double target = pow13((double)pages), lo = 1, hi = (double)pages;
+  for (int i = 0; i < 64; i++) { double mid = (lo + hi) / 2; if (pow20(mid) < target) lo = mid; else hi = mid; }
+  uint32_t k = (uint32_t)hi;
+  if ((double)k < hi) k++;
+  if (k > MAX_SAMPLES) k = MAX_SAMPLES;
+  return k > pages ? (uint32_t)pages : k;
+}
+
+/* ---- the timed reload --------------------------------------------------------------------- */
+static uint64_t chase(const uint8_t* page, unsigned line) {
+  uintptr_t dep = 0;
+  uint64_t t0 = _ca_ticks();
+  for (unsigned i = 0; i < CHASE_LINES; i++) {
+    uint64_t v = *(const volatile uint64_t*)(page + ((((line + i * 9) & 63) << 6) | dep));
+    __asm__ volatile("and $0, %0" : "+r"(v));          /* 0, but only once the load is done */
+    dep = (uintptr_t)v;
+  }
+  return _ca_ticks() - t0 + dep;
+}
+
+static uint32_t median(uint32_t* v, int n) {
+  for (int i = 1; i < n; i++) for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { uint32_t t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+  return v[n / 2];
+}
+
+/* Chase times with the lines in the L2 (after evicting the L1) and after streaming twice the
+   L2's size over them. */
+static void calibrate(void) {
+  size_t l2 = 1 << 20;
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) l2 = _ca_machine.levels[i].size;
+  size_t bytes = 2 * l2 + 2 * CA_OS_PAGE;
+  uint8_t* buf = _ca_os_map(bytes);
+  if (buf == NULL) return;
+  memset(buf, 1, bytes);
+  uint8_t* page = buf;
+  uint8_t* stream = buf + CA_OS_PAGE;
+  uint32_t hit[31], miss[31];
+  volatile uint8_t sink = 0;
+  for (int r = 0; r < 31; r++) {
+    for (int l = 0; l < 64; l++) sink += page[l * 64];
+    for (size_t o = 0; o < 64 * 1024; o += 64) sink += stream[o];        /* out of the L1 */
+    hit[r] = (uint32_t)chase(page, (unsigned)r);
+    for (size_t o = 0; o < 2 * l2; o += 64) stream[o]++;
+    miss[r] = (uint32_t)chase(page, (unsigned)r);
+  }
+  (void)sink;
+  M.hit_ticks = median(hit, 31);
+  M.miss_ticks = median(miss, 31);
+  M.threshold = M.miss_ticks > M.hit_ticks + M.hit_ticks / 5 ? (M.hit_ticks + M.miss_ticks) / 2 : 0;
+  _ca_os_unmap(buf, bytes);
+}
+
+/* ---- lookup ------------------------------------------------------------------------------- */
+/* A live chunk first: a retired one may cover the same pages (the memory was reused). */
+static mchunk_t* chunk_at(uintptr_t a) {
+  mchunk_t* retired = NULL;
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* c = &M.chunks[i];
+    if (c->state == CH_FREE || a < c->lo || a >= c->hi) continue;
+    if (c->state != CH_RETIRED) return c;
+    if (_ca_clock_ms() - c->retired_ms <= RETIRE_MS) retired = c;
+  }
+  return retired;
+}
+
+static sample_t* sample_at(mchunk_t* c, uintptr_t a) {
+  uint32_t idx = (uint32_t)((a - c->lo) / CA_OS_PAGE);
+  int lo = 0, hi = (int)c->nsamples - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (c->s[mid].index == idx) return &c->s[mid];
+    if (c->s[mid].index < idx) lo = mid + 1; else hi = mid - 1;
+  }
+  return NULL;
+}
+
+static void* page_of(const mchunk_t* c, const sample_t* s) { return (void*)(c->lo + (uintptr_t)s->index * CA_OS_PAGE); }
+
+/* the system call itself: the interposed mprotect (syscalls.c) would wait for our own lock */
+static int protect(void* page, int prot) { return (int)syscall(SYS_mprotect, page, CA_OS_PAGE, prot); }
+
+static void open_page(mchunk_t* c, sample_t* s) {
+  if (s->state == PG_ARMED_FIRST || s->state == PG_ARMED) protect(page_of(c, s), PROT_READ | PROT_WRITE);
+}
+
+static void finish_page(mchunk_t* c, sample_t* s) {
+  open_page(c, s);
+  if (s->state != PG_DONE) { s->state = PG_DONE; c->done++; }
+}
+
+static void open_all(mchunk_t* c) { for (uint32_t i = 0; i < c->nsamples; i++) finish_page(c, &c->s[i]); }
+
+/* The paper's convergence: the latest round's miss rate is within the margin of the rate
+   before it. */
+static bool converged(mchunk_t* c) {
+  uint32_t round = c->round_hits + c->round_misses;
+  uint32_t total = c->hits + c->misses;
+  uint32_t round_len = c->nsamples / 4 > 4 ? c->nsamples / 4 : 4;
+  if (c->done == c->nsamples) return total > 0;
+  if (round < round_len) return false;
+  uint32_t before = total - round;
+  bool stable = false;
+  if (before > 0 && total >= MIN_EVIDENCE) {
+    int64_t rr = (int64_t)c->round_misses * 100 / round;
+    int64_t rb = (int64_t)(c->misses - c->round_misses) * 100 / before;
+    stable = rr - rb <= MARGIN_PCT && rb - rr <= MARGIN_PCT;
+  }
+  c->round_hits = c->round_misses = 0;
+  return stable;
+}
+
+static void decide(mchunk_t* c) {
+  open_all(c);
+  c->polluter = c->misses * 2 > c->hits + c->misses;
+  c->has_verdict = c->hits + c->misses > 0;
+  c->state = CH_VERDICT;
+}
+
+/* ---- the fault handler's client ----------------------------------------------------------- */
+static bool on_fault(void* addr, int sig) {
+  if (sig != SIGSEGV || !M.inited) return false;
+  uint64_t t0 = _ca_clock_ns();
+  uintptr_t a = (uintptr_t)addr;
+  _ca_lock(&M.lock);
+  mchunk_t* c = chunk_at(a);
+  sample_t* s = c != NULL ? sample_at(c, a) : NULL;
+  if (s == NULL) { _ca_unlock(&M.lock); return false; }
+  bool ours = true, wake = false;
+  unsigned line = (unsigned)((a >> 6) & 63);
+  switch (s->state) {
+  case PG_ARMED_FIRST:
+    protect(page_of(c, s), PROT_READ | PROT_WRITE);
+    s->state = PG_OPEN; s->line = (uint8_t)line; s->t = t0;
+    M.first_refs++;
+    wake = true;
+    break;
+  case PG_ARMED: {
+    protect(page_of(c, s), PROT_READ | PROT_WRITE);
+    bool hit;
+    if (t0 - s->t > (uint64_t)WINDOW_US * 1000) M.late_pairs++;
+    if (M.threshold == 0) hit = true;                    /* cannot tell: conservative */
+    else hit = chase(page_of(c, s), s->line) <= M.threshold;
+    M.pairs++;
+    if (hit) { M.pair_hits++; c->hits++; c->round_hits++; } else { c->misses++; c->round_misses++; }
+    s->line = (uint8_t)line;
+    s->t = _ca_clock_ns();
+    if (++s->pairs >= PAIRS_PER_PAGE) { s->state = PG_DONE; c->done++; } else { s->state = PG_OPEN; wake = true; }
+    if (c->state == CH_ACTIVE && converged(c)) { decide(c); wake = true; }
+    break;
+  }
+  default:
+    /* open or done: another thread opened it meanwhile, or the monitor thread's re-protect
+       lost a race with the page being released; either way it must be accessible */
+    protect(page_of(c, s), PROT_READ | PROT_WRITE);
+    s->late++;
+    break;
+  }
+  M.fault_ns += _ca_clock_ns() - t0;
+  _ca_unlock(&M.lock);
+  if (wake) sem_post(&M.wake);               /* async-signal-safe */
+  return ours;
+}
+
+/* ---- the monitor thread: re-protect pages after their burst, hand verdicts over ---------- */
+static void deliver(void) {
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    _ca_lock(&M.lock);
+    mchunk_t* c = &M.chunks[i];
+    if (c->state != CH_VERDICT) { _ca_unlock(&M.lock); continue; }
+    void* p = c->p; size_t n = c->n; uint64_t cookie = c->cookie;
+    bool pol = c->polluter, has = c->has_verdict;
+    uint32_t h = c->hits, m = c->misses, pages = c->nsamples;
+    c->state = CH_RETIRED;
+    c->retired_ms = _ca_clock_ms();
+    atomic_fetch_sub_explicit(&M.active, 1, ca_relaxed);
+    if (has) M.verdicts++;
+    _ca_unlock(&M.lock);
+    if (has && M.verdict != NULL) M.verdict(p, n, cookie, pol, h, m, pages);
+  }
+}
+
+/* Pages whose burst window has passed are marked ARMED under the lock and protected after
+   it (system calls under the lock would hold up every fault); a page released meanwhile is
+   opened again by the fault handler's repair path. */
+static bool rearm(void) {
+  enum { BATCH = 64 };
+  void* pages[BATCH];
+  int n = 0;
+  bool open_left = false;
+  uint64_t now = _ca_clock_ns();
+  _ca_lock(&M.lock);
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* c = &M.chunks[i];
+    if (c->state != CH_ACTIVE) continue;
+    for (uint32_t j = 0; j < c->nsamples; j++) {
+      sample_t* s = &c->s[j];
+      if (s->state != PG_OPEN) continue;
+      if (now - s->t < (uint64_t)BURST_US * 1000 || n == BATCH) { open_left = true; continue; }
+      s->state = PG_ARMED;
+      s->t = now;
+      pages[n++] = page_of(c, s);
+    }
+  }
+  M.rearms += (uint64_t)n;
+  _ca_unlock(&M.lock);
+  for (int i = 0; i < n; i++) protect(pages[i], PROT_NONE);
+  /* a page released or stopped between the unlock and its protection must not stay closed */
+  if (n > 0) {
+    _ca_lock(&M.lock);
+    for (int i = 0; i < n; i++) {
+      mchunk_t* c = chunk_at((uintptr_t)pages[i]);
+      sample_t* s = c != NULL ? sample_at(c, (uintptr_t)pages[i]) : NULL;
+      if (s == NULL || s->state != PG_ARMED || c->state != CH_ACTIVE) protect(pages[i], PROT_READ | PROT_WRITE);
+    }
+    _ca_unlock(&M.lock);
+  }
+  return open_left;
+}
+
+static void* thread_main(void* arg) {
+  (void)arg;
+  for (;;) {
+    bool open_left = rearm();
+    deliver();
+    if (open_left) {
+      struct timespec ts = { 0, BURST_US * 1000 };
+      nanosleep(&ts, NULL);
+    } else {
+      while (sem_wait(&M.wake) != 0) {}
+    }
+  }
+  return NULL;
+}
+
+static void ensure_thread(void) {
+  pid_t me = getpid();
+  if (atomic_load_explicit(&M.thread_pid, ca_acquire) == me) return;
+  pid_t old = atomic_load_explicit(&M.thread_pid, ca_relaxed);
+  if (old == -1 || !atomic_compare_exchange_strong(&M.thread_pid, &old, -1)) return;   /* another thread starts it */
+  sem_init(&M.wake, 0, 0);
+  sigset_t all, prev;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &prev);
+  pthread_t t;
+  bool ok = pthread_create(&t, NULL, thread_main, NULL) == 0;
+  pthread_sigmask(SIG_SETMASK, &prev, NULL);
+  if (ok) pthread_detach(t);
+  atomic_store_explicit(&M.thread_pid, ok ? me : 0, ca_release);
+}
+
+/* ---- interface ---------------------------------------------------------------------------- */
+void _ca_monitor_init(ca_verdict_fn verdict) {
+  if (M.inited) return;
+  M.verdict = verdict;
+  calibrate();
+  M.trap_ok = _ca_trap_register(on_fault);
+  M.inited = true;
+}
+
+bool _ca_monitor_active(void) { return atomic_load_explicit(&M.active, ca_relaxed) != 0; }
+
+bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
+  if (!M.trap_ok) return false;
+  uintptr_t lo = ((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
+  uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(CA_OS_PAGE - 1);
+  if (hi <= lo) return false;
+  ensure_thread();
+  if (atomic_load_explicit(&M.thread_pid, ca_acquire) != getpid()) return false;
+  size_t pages = (hi - lo) / CA_OS_PAGE;
+  uint32_t k = _ca_monitor_samples(pages);
+  uint64_t now = _ca_clock_ms();
+  _ca_lock(&M.lock);
+  mchunk_t* c = NULL;
+  for (int i = 0; i < MAX_CHUNKS && c == NULL; i++) {
+    mchunk_t* x = &M.chunks[i];
+    if (x->state == CH_FREE || (x->state == CH_RETIRED && now - x->retired_ms > RETIRE_MS)) c = x;
+  }
+  if (c == NULL) { M.no_room++; _ca_unlock(&M.lock); return false; }
+  c->lo = lo; c->hi = hi; c->p = p; c->n = n; c->cookie = cookie;
+  c->nsamples = k; c->done = 0;
+  c->hits = c->misses = c->round_hits = c->round_misses = 0;
+  c->polluter = c->has_verdict = false;
+  /* one page at a random place in each of k equal strides: sorted, distinct */
+  uint64_t rng = (uint64_t)p ^ _ca_process.seed ^ now;
+  for (uint32_t i = 0; i < k; i++) {
+    size_t a = pages * i / k, b = pages * (i + 1) / k;
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    c->s[i] = (sample_t){ .index = (uint32_t)(a + (rng >> 33) % (b - a)), .state = PG_ARMED_FIRST };
+    if (protect(page_of(c, &c->s[i]), PROT_NONE) != 0) { c->s[i].state = PG_DONE; c->done++; }
+  }
+  c->state = CH_ACTIVE;
+  atomic_fetch_add_explicit(&M.active, 1, ca_relaxed);
+  _ca_unlock(&M.lock);
+  return true;
+}
+
+void _ca_monitor_stop(void* p) {
+  if (atomic_load_explicit(&M.active, ca_relaxed) == 0) return;
+  _ca_lock(&M.lock);
+  mchunk_t* c = NULL;
+  for (int i = 0; i < MAX_CHUNKS && c == NULL; i++)
+    if ((M.chunks[i].state == CH_ACTIVE || M.chunks[i].state == CH_VERDICT) && M.chunks[i].p == p) c = &M.chunks[i];
+  if (c == NULL) { _ca_unlock(&M.lock); return; }
+  if (c->state == CH_ACTIVE) {
+    decide(c);
+    c->has_verdict = c->hits + c->misses >= MIN_EVIDENCE / 2;
+  }
+  _ca_unlock(&M.lock);
+  deliver();
+}
+
+void _ca_monitor_release(const void* p, size_t len) {
+  if (atomic_load_explicit(&M.active, ca_relaxed) == 0 || len == 0) return;
+  uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1), hi = (uintptr_t)p + len;
+  _ca_lock(&M.lock);
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* c = &M.chunks[i];
+    if (c->state != CH_ACTIVE || hi <= c->lo || lo >= c->hi) continue;
+    for (uint32_t j = 0; j < c->nsamples; j++) {
+      uintptr_t pg = (uintptr_t)page_of(c, &c->s[j]);
+      if (pg >= lo && pg < hi && c->s[j].state != PG_DONE) { finish_page(c, &c->s[j]); M.released++; }
+    }
+  }
+  _ca_unlock(&M.lock);
+}
+
+void _ca_monitor_stats_json(ca_buf_t* b) {
+  ca_buf_str(b, "{\"trap\":");               ca_buf_str(b, M.trap_ok ? "true" : "false");
+  ca_buf_str(b, ",\"hit_ticks\":");          ca_buf_u64(b, M.hit_ticks);
+  ca_buf_str(b, ",\"miss_ticks\":");         ca_buf_u64(b, M.miss_ticks);
+  ca_buf_str(b, ",\"threshold\":");          ca_buf_u64(b, M.threshold);
+  ca_buf_str(b, ",\"first_refs\":");         ca_buf_u64(b, M.first_refs);
+  ca_buf_str(b, ",\"pairs\":");              ca_buf_u64(b, M.pairs);
+  ca_buf_str(b, ",\"pair_hits\":");          ca_buf_u64(b, M.pair_hits);
+  ca_buf_str(b, ",\"late_pairs\":");         ca_buf_u64(b, M.late_pairs);
+  ca_buf_str(b, ",\"rearms\":");             ca_buf_u64(b, M.rearms);
+  ca_buf_str(b, ",\"released_pages\":");     ca_buf_u64(b, M.released);
+  ca_buf_str(b, ",\"chunks_without_room\":"); ca_buf_u64(b, M.no_room);
+  ca_buf_str(b, ",\"verdicts\":");           ca_buf_u64(b, M.verdicts);
+  ca_buf_str(b, ",\"fault_handling_ns\":");  ca_buf_u64(b, M.fault_ns);
+  ca_buf_str(b, ",\"burst_us\":");           ca_buf_u64(b, BURST_US);
+  ca_buf_str(b, ",\"window_us\":");          ca_buf_u64(b, WINDOW_US);
+  ca_buf_str(b, "}");
+}

@@ -1,0 +1,28 @@
+/* NightWatch (nightwatch.c): per-allocation-context cache-pollution control. */
+#ifndef CA_NIGHTWATCH_H
+#define CA_NIGHTWATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ca_buf_s;
+
+typedef enum ca_mapping_e { CA_MAP_OPEN = 0, CA_MAP_RESTRICTIVE = 1 } ca_mapping_t;
+
+#pragma GCC visibility push(hidden)
+void _ca_nightwatch_init(void);                 /* installs the policy when the option is on */
+void _ca_nightwatch_stats_json(struct ca_buf_s* b);
+
+/* The predictor, exposed for tests: a context record by hash (created on first use), what it
+   predicts for its next chunk, whether that chunk is to be monitored (and the countdown
+   advanced), and a monitor verdict for a chunk that was given `predicted`. */
+int          _ca_nw_context(uint64_t hash, uintptr_t site);
+ca_mapping_t _ca_nw_predict(int ctx);
+bool         _ca_nw_should_monitor(int ctx);
+void         _ca_nw_verdict(int ctx, ca_mapping_t predicted, bool polluter, uint32_t hits, uint32_t misses, uint32_t pages);
+uint32_t     _ca_nw_skip(int ctx);
+void         _ca_nw_reset(void);
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,180 @@
+/* The locality monitor seen from a program: with every chunk monitored (the test re-executes
+   itself with CHROMALLOC_OPTIONS=nightwatch_monitor=1), sampled pages are PROT_NONE between
+   references, and still
+   - the program's loads, stores and libc memcpy work (faults resolved by chromalloc),
+   - system calls given sampled buffers work (no EFAULT): read write readv writev send recv
+     fread fwrite pread pwrite,
+   - the program's own mprotect on a sampled page works,
+   - a genuine fault reaches the program's own SIGSEGV handler, or kills it by default,
+   - allocation contexts through a shared wrapper are told apart by call site.
+   Without chromalloc (the plain binary) the same checks run and must pass trivially. */
+#include "check.h"
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#define PAGES 16
+#define BYTES (PAGES * 4096)
+
+static void fill(unsigned char* p, size_t n, unsigned seed) { for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 7 + seed); }
+static bool same(const unsigned char* p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) if (p[i] != (unsigned char)(i * 7 + seed)) return false;
+  return true;
+}
+static void settle(void) { struct timespec ts = { 0, 3 * 1000 * 1000 }; nanosleep(&ts, NULL); }   /* pages re-armed */
+
+/* a monitored buffer whose sampled pages have had their first reference and are armed again */
+static unsigned char* armed_buffer(unsigned seed) {
+  unsigned char* p = malloc(BYTES);
+  if (p) { fill(p, BYTES, seed); settle(); }
+  return p;
+}
+
+static void test_memory_access(void) {
+  unsigned char* a = armed_buffer(1);
+  unsigned char* b = malloc(BYTES);
+  CHECK(a != NULL && b != NULL);
+  memcpy(b, a, BYTES);                       /* libc reads sampled pages */
+  CHECK(same(b, BYTES, 1));
+  settle();
+  CHECK(same(a, BYTES, 1));
+  free(a); free(b);
+}
+
+static void test_syscalls(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  unsigned char* src = armed_buffer(2);
+  unsigned char* dst = armed_buffer(9);
+  /* write from / read into sampled pages, 16 KiB at a time (within the pipe's capacity) */
+  for (size_t off = 0; off < BYTES; off += 16384) {
+    CHECK_EQ(write(fds[1], src + off, 16384), 16384);
+    CHECK_EQ(read(fds[0], dst + off, 16384), 16384);
+  }
+  CHECK(same(dst, BYTES, 2));
+  settle();
+  struct iovec wv[2] = { { src, 8192 }, { src + 8192, 8192 } };
+  struct iovec rv[2] = { { dst + 20000, 8192 }, { dst + 40000, 8192 } };
+  CHECK_EQ(writev(fds[1], wv, 2), 16384);
+  CHECK_EQ(readv(fds[0], rv, 2), 16384);
+  CHECK(memcmp(dst + 20000, src, 8192) == 0 && memcmp(dst + 40000, src + 8192, 8192) == 0);
+  close(fds[0]); close(fds[1]);
+
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  settle();
+  CHECK_EQ(send(sv[0], src + 4096, 8192, 0), 8192);
+  CHECK_EQ(recv(sv[1], dst + 4096, 8192, MSG_WAITALL), 8192);
+  CHECK(memcmp(dst + 4096, src + 4096, 8192) == 0);
+  close(sv[0]); close(sv[1]);
+
+  FILE* f = tmpfile();
+  CHECK(f != NULL);
+  if (f) {
+    settle();
+    CHECK_EQ(fwrite(src, 1, BYTES, f), BYTES);
+    CHECK(fflush(f) == 0);
+    rewind(f);
+    unsigned char* back = armed_buffer(5);
+    CHECK_EQ(fread(back, 1, BYTES, f), BYTES);
+    CHECK(same(back, BYTES, 2));
+    settle();
+    CHECK_EQ(pwrite(fileno(f), back, BYTES, 0), BYTES);
+    settle();
+    CHECK_EQ(pread(fileno(f), dst, BYTES, 0), BYTES);
+    CHECK(same(dst, BYTES, 2));
+    free(back);
+    fclose(f);
+  }
+  free(src); free(dst);
+}
+
+static void test_own_mprotect(void) {
+  unsigned char* p = armed_buffer(3);
+  unsigned char* page = (unsigned char*)(((uintptr_t)p + 4095) & ~(uintptr_t)4095);
+  for (int i = 0; i < PAGES - 1; i++) {
+    CHECK(mprotect(page + i * 4096, 4096, PROT_READ) == 0);
+  }
+  CHECK(same(p, BYTES, 3));                   /* readable everywhere */
+  settle();
+  CHECK(same(p, BYTES, 3));                   /* and not re-armed behind the program's back */
+  CHECK(mprotect(page, (PAGES - 1) * 4096, PROT_READ | PROT_WRITE) == 0);
+  fill(p, BYTES, 4);
+  CHECK(same(p, BYTES, 4));
+  free(p);
+}
+
+static sigjmp_buf jump;
+static volatile int own_handler_runs;
+static void own_handler(int sig) { own_handler_runs++; siglongjmp(jump, 1); }
+
+static void test_chaining(void) {
+  unsigned char* keep = armed_buffer(6);      /* chromalloc's handler is installed by now */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = own_handler;
+  sigemptyset(&sa.sa_mask);
+  CHECK(sigaction(SIGSEGV, &sa, NULL) == 0);
+  char* guard = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (sigsetjmp(jump, 1) == 0) { guard[0] = 1; CHECK(!"not reached"); }
+  CHECK_EQ(own_handler_runs, 1);
+  CHECK(same(keep, BYTES, 6));                /* sampled pages still resolved by chromalloc */
+  struct sigaction back;
+  CHECK(sigaction(SIGSEGV, NULL, &back) == 0);
+  CHECK(back.sa_handler == own_handler);      /* the program reads back its own handler */
+  signal(SIGSEGV, SIG_DFL);
+  munmap(guard, 4096);
+  free(keep);
+}
+
+static void crash(void* arg) { volatile char* bad = (volatile char*)arg; *bad = 1; }
+
+static void test_default_action(void) {
+  char err[256];
+  int st = run_child(crash, (void*)16, err, sizeof err);
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+}
+
+/* contexts: the same size through one wrapper from two call sites */
+#define CTX_SIZE (17 * 4096 + 64)
+__attribute__((noinline)) static void* wrapper(size_t n) { void* p = malloc(n); __asm__ volatile("" ::: "memory"); return p; }
+__attribute__((noinline)) static void* site_a(void) { void* p = wrapper(CTX_SIZE); __asm__ volatile("" ::: "memory"); return p; }
+__attribute__((noinline)) static void* site_b(void) { void* p = wrapper(CTX_SIZE); __asm__ volatile("" ::: "memory"); return p; }
+
+static void test_contexts(void) {
+  static volatile int na = 3, nb = 5;        /* loops the compiler cannot unroll into call sites */
+  for (int i = 0; i < na; i++) { void* p = site_a(); memset(p, 1, CTX_SIZE); free(p); }
+  for (int i = 0; i < nb; i++) { void* p = site_b(); memset(p, 2, CTX_SIZE); free(p); }
+  if (chromalloc_stats_json == NULL) return;
+  static char buf[1 << 18];
+  chromalloc_stats_json(buf, sizeof buf);
+  char a[64], b[64];
+  snprintf(a, sizeof a, "\"chunks\":3,\"bytes\":%d,", 3 * CTX_SIZE);
+  snprintf(b, sizeof b, "\"chunks\":5,\"bytes\":%d,", 5 * CTX_SIZE);
+  CHECK(strstr(buf, a) != NULL);
+  CHECK(strstr(buf, b) != NULL);
+}
+
+int main(int argc, char** argv) {
+  const char* opts = getenv("CHROMALLOC_OPTIONS");
+  if (chromalloc_version != NULL && (opts == NULL || strstr(opts, "nightwatch_monitor=1") == NULL)) {
+    setenv("CHROMALLOC_OPTIONS", "nightwatch_monitor=1", 1);
+    execv("/proc/self/exe", argv);
+    perror("execv");
+    return 1;
+  }
+  test_memory_access();
+  test_syscalls();
+  test_own_mprotect();
+  test_chaining();
+  test_default_action();
+  test_contexts();
+  if (chromalloc_version != NULL) {
+    CHECK(stats_value("nightwatch", "monitored") > 10);
+    CHECK(stats_value("monitor", "first_refs") > 0);     /* the pages really were trapped */
+    CHECK(stats_value("monitor", "released_pages") > 0); /* and handed to system calls */
+  }
+  return check_done("test_monitor");
+}
