@@ -140,7 +140,7 @@ uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source
     /* the first sets show what an eviction looks like: place the threshold on them, and look at
        every page again with it */
     if ((map->ncolours == 3 || (want > 0 && want < 3 && map->ncolours == want)) && p->recalibrate) {
-      p->recalibrate(p, (void* const*)map->ref, (void* const (*)[CA_WAYS_MAX])map->set, 3, map->ways);
+      p->recalibrate(p, (void* const*)map->ref, (void* const (*)[CA_WAYS_MAX])map->set, map->ncolours < 3 ? map->ncolours : 3, map->ways);
       memset(src->tested, 0, src->npages);
     }
   }

@@ -16,13 +16,17 @@ void* _ca_malloc_aligned(size_t n, size_t align, bool zero) {
   if (n <= _ca_medium_limit) {
     uint32_t c = _ca_size_class(n);
     if (align <= _ca_machine.l1d.line && _ca_class_size[c] % align == 0) {
+      _ca_no_policy = true;                 /* aligned because it is a block of this class */
       void* p = _ca_malloc(n);
+      _ca_no_policy = false;
       if (p != NULL && zero) memset(p, 0, n);
       return p;
     }
   }
   if (n + align - CA_MIN_ALIGN <= _ca_medium_limit && n + align > n) {
+    _ca_no_policy = true;                   /* the pointer inside must be a block of a span */
     uint8_t* p = _ca_malloc(n + align - CA_MIN_ALIGN);
+    _ca_no_policy = false;
     if (p == NULL) return NULL;
     uint8_t* q = (uint8_t*)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
     if (q != p) {

@@ -13,6 +13,7 @@
 ca_span_t _ca_span_empty = { .flags = CA_SPAN_UNUSED };
 ca_heap_t _ca_heap_empty = { .direct = { [0 ... CA_DIRECT_N - 1] = &_ca_span_empty } };
 __thread ca_heap_t* _ca_heap __attribute__((tls_model("initial-exec"))) = &_ca_heap_empty;
+__thread bool _ca_no_policy __attribute__((tls_model("initial-exec")));
 
 static ca_lock_t  registry_lock;
 static ca_heap_t* registry_first;
@@ -137,7 +138,7 @@ void* _ca_malloc_generic(ca_heap_t* h, size_t n) {
     h = _ca_thread_init();
     if (h == NULL) { errno = ENOMEM; return NULL; }
   }
-  if (n >= CA_OS_PAGE && h->flavour == 0) {
+  if (n >= CA_OS_PAGE && h->flavour == 0 && !_ca_no_policy) {
     void* p = _ca_policy_place(n, false, __builtin_frame_address(0));
     if (p != NULL) return p;
   }

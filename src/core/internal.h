@@ -49,6 +49,7 @@ extern uintptr_t       _ca_key;        /* free-block key (second word of a free 
 extern ca_heap_t       _ca_heap_empty; /* sentinel: every direct[] entry is an empty span */
 extern ca_span_t       _ca_span_empty;
 extern __thread ca_heap_t* _ca_heap __attribute__((tls_model("initial-exec")));
+extern __thread bool _ca_no_policy __attribute__((tls_model("initial-exec")));  /* a block of a span is needed */
 
 static inline uintptr_t _ca_tid(void) { return (uintptr_t)__builtin_thread_pointer(); }
 

@@ -15,6 +15,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+/* The system calls themselves: munmap and madvise are interposed for the locality monitor
+   (monitor/syscalls.c), whose lock must never be taken under the core's locks. */
+static int sys_munmap(void* p, size_t n) { return (int)syscall(SYS_munmap, p, n); }
+static int sys_madvise(void* p, size_t n, int advice) { return (int)syscall(SYS_madvise, p, n, advice); }
+
 void* _ca_os_map(size_t size) {
   void* p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) { errno = ENOMEM; return NULL; }
@@ -28,9 +33,9 @@ void* _ca_os_map_aligned(size_t size, size_t align) {
   if (p == NULL) return NULL;
   uint8_t* a = (uint8_t*)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
   int e = errno;
-  if (a > p) munmap(p, (size_t)(a - p));
+  if (a > p) sys_munmap(p, (size_t)(a - p));
   size_t tail = (size_t)((p + size + align) - (a + size));
-  if (tail > 0) munmap(a + size, tail);
+  if (tail > 0) sys_munmap(a + size, tail);
   errno = e;
   return a;
 }
@@ -43,32 +48,32 @@ void* _ca_os_remap(void* p, size_t old_size, size_t size) {
   if (q != MAP_FAILED) { errno = e; return q; }
   uint8_t* target = _ca_os_map_aligned(size, (size_t)1 << 21);
   if (target == NULL || ((uintptr_t)target >> 47) != 0) {
-    if (target) munmap(target, size);
+    if (target) sys_munmap(target, size);
     errno = e;
     return NULL;
   }
   q = mremap(p, old_size, size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-  if (q == MAP_FAILED) { munmap(target, size); errno = e; return NULL; }
+  if (q == MAP_FAILED) { sys_munmap(target, size); errno = e; return NULL; }
   errno = e;
   return q;
 }
 
 void _ca_os_unmap(void* p, size_t size) {
   int e = errno;
-  munmap(p, size);
+  sys_munmap(p, size);
   errno = e;
 }
 
 void _ca_os_purge(void* p, size_t size) {
   if (size == 0) return;
   int e = errno;
-  madvise(p, size, MADV_DONTNEED);
+  sys_madvise(p, size, MADV_DONTNEED);
   errno = e;
 }
 
 void _ca_os_thp(void* p, size_t size, bool on) {
   int e = errno;
-  madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  sys_madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   errno = e;
 }
 

@@ -28,7 +28,7 @@
 #define MAX_RANGES 256
 #define SCAN_WORDS 512
 
-typedef struct { uintptr_t lo, hi; } code_range_t;
+typedef struct { uintptr_t lo, hi; bool libc; } code_range_t;
 
 static code_range_t     ranges[MAX_RANGES];
 static _Atomic(int)     nranges = -1;          /* -1: not built */
@@ -43,7 +43,9 @@ static int collect(struct dl_phdr_info* info, size_t size, void* arg) {
     const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-    ranges[*n] = (code_range_t){ lo, lo + ph->p_memsz };
+    const char* name = info->dlpi_name ? info->dlpi_name : "";
+    const char* slash = strrchr(name, '/');
+    ranges[*n] = (code_range_t){ lo, lo + ph->p_memsz, strncmp(slash ? slash + 1 : name, "libc.so", 7) == 0 };
     (*n)++;
   }
   return 0;
@@ -118,6 +120,7 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from) {
   uintptr_t sp = from != NULL && (uintptr_t)from > here ? (uintptr_t)from : here;
   ctx->nframes = 0;
   ctx->hash = 0;
+  ctx->in_libc = false;
   int n = atomic_load_explicit(&nranges, ca_acquire);
   if (n < 0) { build_ranges(); n = atomic_load_explicit(&nranges, ca_acquire); }
   if (stack_top == 0) stack_top = find_stack_top(sp);
@@ -135,6 +138,7 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from) {
       continue;
     }
     if (!after_call(pc, r->lo)) continue;
+    if (ctx->nframes == 0) ctx->in_libc = r->libc;
     ctx->frames[ctx->nframes++] = pc;
     h = mix(h, pc);
   }

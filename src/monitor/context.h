@@ -13,6 +13,7 @@ typedef struct ca_context_s {
   uint64_t  hash;                          /* 0 is never a valid hash */
   uintptr_t frames[CA_CONTEXT_FRAMES];     /* return addresses, innermost first, outside chromalloc */
   uint32_t  nframes;
+  bool      in_libc;                       /* the call site is in glibc itself */
 } ca_context_t;
 
 #pragma GCC visibility push(hidden)

@@ -344,13 +344,25 @@ static void ensure_thread(void) {
   atomic_store_explicit(&M.thread_pid, ok ? me : 0, ca_release);
 }
 
+/* fork(): no thread may hold the lock across it; the child starts its own monitor thread on
+   its next monitored chunk (thread_pid is the parent's) and keeps the parent's samples */
+static void fork_prepare(void) { _ca_lock(&M.lock); }
+static void fork_release(void) { _ca_unlock(&M.lock); }
+
 /* ---- interface ---------------------------------------------------------------------------- */
-void _ca_monitor_init(ca_verdict_fn verdict) {
-  if (M.inited) return;
-  M.verdict = verdict;
+static ca_verdict_fn init_verdict;
+static void init_once(void) {
+  M.verdict = init_verdict;
+  pthread_atfork(fork_prepare, fork_release, fork_release);
   calibrate();
   M.trap_ok = _ca_trap_register(on_fault);
   M.inited = true;
+}
+
+void _ca_monitor_init(ca_verdict_fn verdict) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  init_verdict = verdict;
+  pthread_once(&once, init_once);
 }
 
 bool _ca_monitor_active(void) { return atomic_load_explicit(&M.active, ca_relaxed) != 0; }

@@ -16,6 +16,8 @@
      4. a verdict that contradicts a live chunk's mapping switches it once, by recolouring,
         when the chunk has lived at least SWITCH_AGE_MS (short-lived chunks are not worth
         moving: the next ones get the new prediction).
+   Chunks allocated by glibc itself (stdio and directory-stream buffers, which the kernel fills
+   through glibc's internal, non-interposable system calls) are never monitored.
    Chunks below a page never reach `place` (the fast path stays the foundation's); see
    docs/nightwatch.md for what that leaves out.  When the colour layer turns out to be
    unavailable, the policy uninstalls itself and says why in the statistics. */
@@ -27,6 +29,7 @@
 #include "../color/colour.h"
 #include "../monitor/context.h"
 #include "../monitor/monitor.h"
+#include <pthread.h>
 
 #define MAX_CTX        1024
 #define CTX_SLOTS      2048                  /* hash -> context index, open addressing */
@@ -40,8 +43,10 @@ typedef struct nw_ctx_s {
   uint64_t          hash;
   uintptr_t         frames[CA_CONTEXT_FRAMES];
   uint32_t          nframes;
+  bool              in_libc;                  /* glibc's own buffers: never monitored */
   _Atomic(uint64_t) chunks, bytes, restrictive;
   _Atomic(int64_t)  countdown;
+  _Atomic(int)      inflight;                 /* its chunks being monitored now */
   /* under NW.lock */
   uint32_t          skip;
   uint8_t           history, nverdicts;
@@ -57,6 +62,7 @@ typedef struct nw_watched_s {                 /* a chunk being monitored */
   uint8_t      flavour;
   uint64_t     born_ms;
   bool         freeing;                       /* the program is freeing it: no switch */
+  bool         reserved;                      /* slot taken, chunk being allocated */
 } nw_watched_t;
 
 static struct {
@@ -87,6 +93,7 @@ static __thread uint32_t verify_tick __attribute__((tls_model("initial-exec")));
 /* ---- contexts ---------------------------------------------------------------------------- */
 static void ctx_set_frames(nw_ctx_t* c, const ca_context_t* k) {
   c->nframes = k->nframes;
+  c->in_libc = k->in_libc;
   memcpy(c->frames, k->frames, sizeof c->frames);
 }
 
@@ -202,8 +209,11 @@ static uint8_t restrictive_flavour(void) {
   return NW.restrict_id > 0 ? (uint8_t)NW.restrict_id : 0;
 }
 
+/* own_pages: a large object starting on a page (as the paper aligns sampled chunks), so all
+   of the chunk's pages are its own and can be sampled */
 static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) {
-  if (own_pages || n > _ca_medium_limit) return _ca_large_alloc(n, 0, zero, flavour);
+  if (own_pages) return _ca_large_alloc(n, CA_OS_PAGE, zero, flavour);
+  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, zero, flavour);
   void* p = _ca_malloc_flavour(n, flavour);
   if (p != NULL && zero) memset(p, 0, n);
   return p;
@@ -212,19 +222,33 @@ static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) 
 /* ---- monitored chunks -------------------------------------------------------------------- */
 static void on_verdict(void* p, size_t n, uint64_t cookie, bool polluter, uint32_t hits, uint32_t misses, uint32_t pages);
 
+static void unwatch(int w) {
+  atomic_fetch_sub_explicit(&NW.ctx[NW.watched[w].ctx].inflight, 1, ca_relaxed);
+  NW.watched[w].p = NULL;
+  atomic_fetch_sub_explicit(&NW.nwatched, 1, ca_relaxed);
+}
+
+/* A monitored chunk: its own pages (a large object), watched until freed or judged.  A context
+   has one chunk monitored at a time (every chunk with nightwatch_monitor=1), so a context whose
+   chunks never give evidence does not turn all its chunks into large objects.  NULL when it
+   cannot be monitored: the caller allocates it as usual. */
 static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t flavour) {
-  void* p = alloc_mapped(n, zero, flavour, true);
-  if (p == NULL) return NULL;
   _ca_lock(&NW.lock);
   int w = -1;
-  for (int i = 0; i < MAX_WATCHED && w < 0; i++) if (NW.watched[i].p == NULL) w = i;
-  if (w >= 0) {
-    NW.watched[w] = (nw_watched_t){ p, n, ctx, m, flavour, _ca_clock_ms(), false };
-    atomic_fetch_add_explicit(&NW.nwatched, 1, ca_relaxed);
-  }
+  if (NW.monitor_all || atomic_load_explicit(&NW.ctx[ctx].inflight, ca_relaxed) == 0)
+    for (int i = 0; i < MAX_WATCHED && w < 0; i++) if (NW.watched[i].p == NULL && !NW.watched[i].reserved) w = i;
+  if (w >= 0) { NW.watched[w].reserved = true; atomic_fetch_add_explicit(&NW.ctx[ctx].inflight, 1, ca_relaxed); }
   _ca_unlock(&NW.lock);
-  if (w < 0 || !_ca_monitor_start(p, n, (uint64_t)w)) {
-    if (w >= 0) { _ca_lock(&NW.lock); NW.watched[w].p = NULL; atomic_fetch_sub(&NW.nwatched, 1); _ca_unlock(&NW.lock); }
+  if (w < 0) { atomic_fetch_add_explicit(&NW.lost, 1, ca_relaxed); return NULL; }
+  void* p = alloc_mapped(n, zero, flavour, true);
+  _ca_lock(&NW.lock);
+  NW.watched[w] = (nw_watched_t){ p, n, ctx, m, flavour, _ca_clock_ms(), false, false };
+  if (p != NULL) atomic_fetch_add_explicit(&NW.nwatched, 1, ca_relaxed);
+  else atomic_fetch_sub_explicit(&NW.ctx[ctx].inflight, 1, ca_relaxed);
+  _ca_unlock(&NW.lock);
+  if (p == NULL) return NULL;
+  if (!_ca_monitor_start(p, n, (uint64_t)w)) {
+    _ca_lock(&NW.lock); unwatch(w); _ca_unlock(&NW.lock);
     atomic_fetch_add_explicit(&NW.lost, 1, ca_relaxed);
     return p;
   }
@@ -236,9 +260,12 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, bool polluter, uint32
   _ca_lock(&NW.lock);
   nw_watched_t w = NW.watched[cookie];
   bool live = w.p == p;
-  if (live) { NW.watched[cookie].p = NULL; atomic_fetch_sub(&NW.nwatched, 1); }
+  if (live) unwatch((int)cookie);
   /* the chunk is only switched while it cannot be freed under us: free waits on `switching` */
-  bool sw = live && !w.freeing && (w.predicted == CA_MAP_RESTRICTIVE) != polluter && _ca_clock_ms() - w.born_ms >= SWITCH_AGE_MS;
+  /* a switch never starts the colour layer by itself (that costs seconds and megabytes): it
+     waits until a context's prediction has made restrictive memory needed */
+  bool sw = live && !w.freeing && (w.predicted == CA_MAP_RESTRICTIVE) != polluter && _ca_clock_ms() - w.born_ms >= SWITCH_AGE_MS &&
+            NW.restrict_id > 0 && _ca_colour_state() == CA_COLOURS_READY;
   if (sw) atomic_store_explicit(&NW.switching, p, ca_release);
   _ca_unlock(&NW.lock);
   if (!live) return;
@@ -275,12 +302,13 @@ static void* place(size_t n, bool zero, const void* frame) {
       atomic_fetch_add_explicit(&c->restrictive, 1, ca_relaxed);
       atomic_fetch_add_explicit(&NW.restrictive, 1, ca_relaxed);
     }
-    if (NW.monitor_all || _ca_nw_should_monitor(ctx)) {
+    /* glibc fills its own buffers (stdio, directory streams) through internal system calls
+       that cannot be interposed: a sampled page there would make them fail with EFAULT */
+    if (!c->in_libc && (NW.monitor_all || _ca_nw_should_monitor(ctx))) {
       if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
       p = place_monitored(ctx, n, zero, m, flavour);
-    } else if (flavour != 0) {
-      p = alloc_mapped(n, zero, flavour, false);
     }
+    if (p == NULL && flavour != 0) p = alloc_mapped(n, zero, flavour, false);
   }
   busy = false;
   return p;
@@ -298,16 +326,19 @@ static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
   _ca_monitor_stop(p);                        /* delivers the verdict if there is one */
   _ca_lock(&NW.lock);
   for (int i = 0; i < MAX_WATCHED; i++)
-    if (NW.watched[i].p == p) { NW.watched[i].p = NULL; atomic_fetch_sub(&NW.nwatched, 1); }
+    if (NW.watched[i].p == p) unwatch(i);
   _ca_unlock(&NW.lock);
 }
 
 static const ca_policy_t policy = { place, chunk_event };
 
+static void fork_prepare(void) { _ca_lock(&NW.lock); }
+static void fork_release(void) { _ca_unlock(&NW.lock); }
+
 void _ca_nightwatch_init(void) {
   NW.on = _ca_opt(CA_OPT_NIGHTWATCH) != 0 && _ca_opt(CA_OPT_COLOURS) != 0;
   NW.monitor_all = _ca_opt(CA_OPT_NIGHTWATCH_MONITOR) != 0;
-  if (NW.on) _ca_policy_install(&policy);
+  if (NW.on) { _ca_policy_install(&policy); pthread_atfork(fork_prepare, fork_release, fork_release); }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : "colours=0");
 }
 

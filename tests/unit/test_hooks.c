@@ -1,10 +1,11 @@
-/* The core's policy hook (src/core/hooks.h): a layer that installs it is asked about every new
-   span and large object, told about every span given back, and sees large-object events.
-   Linked against the static library, since the hook is internal. */
+/* The core's hooks (src/core/hooks.h): a layer that installs the memory hooks is asked about
+   every new span and large object and told about every span given back; a policy is asked to
+   place every chunk of at least a page and sees large objects freed.  Linked against the static
+   library, since the hooks are internal. */
 #include "check.h"
 #include "../../src/core/hooks.h"
 
-static long spans, bytes_in, released, bytes_out, allocs, frees;
+static long spans, bytes_in, released, bytes_out, places, placed_big, frees;
 
 static bool on_span(void* base, size_t bytes, uint32_t flavour) {
   spans++; bytes_in += (long)bytes;
@@ -12,17 +13,23 @@ static bool on_span(void* base, size_t bytes, uint32_t flavour) {
   return true;
 }
 static void on_release(void* base, size_t bytes, uint32_t flavour) { released++; bytes_out += (long)bytes; }
-static void on_chunk(ca_chunk_event_t ev, void* p, size_t size) {
-  if (ev == CA_CHUNK_ALLOC) { allocs++; CHECK(size == 5u << 20); }
-  else frees++;
+static void* on_place(size_t n, bool zero, const void* frame) {
+  places++;
+  CHECK(n >= 4096);
+  CHECK(frame != NULL);
+  if (n == 5u << 20) placed_big++;
+  return NULL;                                  /* the core allocates it */
 }
+static void on_chunk(ca_chunk_event_t ev, void* p, size_t size) { if (ev == CA_CHUNK_FREE) frees++; }
 
-static const ca_hooks_t hooks = { on_span, on_release, on_chunk };
+static const ca_hooks_t hooks = { on_span, on_release };
+static const ca_policy_t policy = { on_place, on_chunk };
 
 int main(void) {
   require_chromalloc("test_hooks");
   free(malloc(1));                              /* initialise */
   _ca_hooks_install(&hooks);
+  _ca_policy_install(&policy);                  /* replaces NightWatch, if it is on */
   static void* p[40000];
   for (int i = 0; i < 40000; i++) p[i] = malloc(100);       /* ~4 MB: many new 64 KiB spans */
   long spans_after_alloc = spans;
@@ -31,11 +38,19 @@ int main(void) {
   CHECK(released >= spans_after_alloc - 2);     /* all but the span kept warm for the class */
   char* volatile big = malloc(5u << 20);
   big[0] = 1;
-  CHECK_EQ(allocs, 1);
+  CHECK_EQ(placed_big, 1);
+  CHECK_EQ(places, 1);                          /* 100-byte blocks never reach the policy */
   CHECK(spans > spans_after_alloc);             /* the large object's pages were offered too */
   free(big);
   CHECK_EQ(frees, 1);
+  void* volatile small = malloc(3000);
+  free(small);
+  CHECK_EQ(places, 1);                          /* below a page: not asked */
+  void* volatile two_pages = malloc(8192);
+  free(two_pages);
+  CHECK_EQ(places, 2);
   _ca_hooks_install(NULL);
+  _ca_policy_install(NULL);
   long before = spans;
   for (int i = 0; i < 40000; i++) p[i] = malloc(200);
   CHECK_EQ(spans, before);                      /* uninstalled: not called */

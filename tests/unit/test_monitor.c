@@ -1,5 +1,5 @@
 /* The locality monitor seen from a program: with every chunk monitored (the test re-executes
-   itself with CHROMALLOC_OPTIONS=nightwatch_monitor=1), sampled pages are PROT_NONE between
+   itself with CHROMALLOC_OPTIONS=nightwatch=1,nightwatch_monitor=1), sampled pages are PROT_NONE between
    references, and still
    - the program's loads, stores and libc memcpy work (faults resolved by chromalloc),
    - system calls given sampled buffers work (no EFAULT): read write readv writev send recv
@@ -160,7 +160,7 @@ static void test_contexts(void) {
 int main(int argc, char** argv) {
   const char* opts = getenv("CHROMALLOC_OPTIONS");
   if (chromalloc_version != NULL && (opts == NULL || strstr(opts, "nightwatch_monitor=1") == NULL)) {
-    setenv("CHROMALLOC_OPTIONS", "nightwatch_monitor=1", 1);
+    setenv("CHROMALLOC_OPTIONS", "nightwatch=1,nightwatch_monitor=1", 1);
     execv("/proc/self/exe", argv);
     perror("execv");
     return 1;
