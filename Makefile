@@ -63,6 +63,7 @@ uninstall:
 bench: lib
 	python3 bench/run.py all
 	python3 bench/colour.py
+	python3 bench/nightwatch.py
 
 # A short tour: the index benchmark at a few sizes (chromalloc, its index-unfriendly layout and
 # whichever peers are installed), then python3 running a bundled workload under chromalloc with

@@ -2,21 +2,24 @@
 """NightWatch benchmark: does chromalloc's pollution control protect victims, and at what cost?
 
   python3 bench/nightwatch.py [--reps 5] [--quick] [--chromalloc PATH] [--out DIR]
-                              [--skip corun,foundation]
+                              [--only frames,requests,neutral,victims]
+                              [--skip corun,foundation,mimalloc] [--corun-seconds 2] [--settle 0]
 
-Programs: build/bench/pv (bench/nightwatch/pv.c, built here with cc -std=c11 -O2) and the
-foundation suite of bench/run.py (bench/src/*.c, built by run.py's own build function).
+Programs: pv (bench/nightwatch/pv.c, built here with cc -std=c11 -O2) and the foundation
+suite of bench/run.py (bench/src/*.c, with run.py's own build function), all built into
+build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
 
   workloads   pv frames / requests (polluter workloads: a hot victim plus buffers streamed
               once, from their own call sites), neutral and victims (no polluter), and the
               victim alone (frames-alone, requests-alone: pv --no-polluter, the best case), each
               under glibc, mimalloc, chromalloc-off (CHROMALLOC_OPTIONS=nightwatch=0),
-              chromalloc-on (no options: the default, nightwatch=1) and chromalloc-monitor
-              (nightwatch_monitor=1: every chunk monitored, for the prediction success);
+              chromalloc-on (nightwatch=1; the policy is off by default) and chromalloc-monitor
+              (nightwatch=1,nightwatch_monitor=1: every chunk monitored, for the prediction
+              success);
               interleaved: every repetition runs each workload under all configurations back
               to back, in an order rotated by one place per repetition.
   corun       pv polluter on CPU 0 and pv victim on CPU 1 at the same time (taskset), under
-              glibc, chromalloc-off and chromalloc-on, and the victim alone.
+              glibc, chromalloc-off and chromalloc-on, and the victim alone; --reps times.
   foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0 and
               nightwatch=1: the policy's cost on allocation-heavy programs.
 
@@ -29,12 +32,14 @@ nightwatch.png.  Exit status: 0 when every run succeeded (targets met or not), 1
 failed, 2 on usage or build errors.
 """
 import argparse
+import bisect
 import csv
 import hashlib
 import importlib.util
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -48,7 +53,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build" / "bench"
+BUILD = ROOT / "build" / "bench" / "nightwatch"   # private: run.py may rebuild build/bench meanwhile
 LIB = ROOT / "build" / "libchromalloc.so"
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 RESULTS = ROOT / "bench" / "results"
@@ -61,7 +66,7 @@ FOUNDATION = ["churn", "mixed", "large", "larson"]
 CONFIGS = ["glibc", "mimalloc", "chromalloc-off", "chromalloc-on", "chromalloc-monitor"]
 CORUN_CONFIGS = ["glibc", "chromalloc-off", "chromalloc-on"]
 # expected roles of pv's allocation sites (function names), for the context check
-POLLUTER_SITES = ["frame_buffer", "read_body", "render_response"]
+POLLUTER_SITES = ["frame_buffer", "stream_frame", "read_body", "render_response"]
 VICTIM_SITES = ["victim_alloc", "session_scratch", "index_buckets", "work_buffer", "scratch_chunk",
                 "table_a", "table_b", "table_c", "table_d"]
 
@@ -123,8 +128,8 @@ def config_table(lib):
         Config("glibc", None),
         Config("mimalloc", str(LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0"),
         Config("chromalloc-off", str(lib), {"CHROMALLOC_OPTIONS": "nightwatch=0"}, stats=True),
-        Config("chromalloc-on", str(lib), {}, stats=True),          # the default: nightwatch=1
-        Config("chromalloc-monitor", str(lib), {"CHROMALLOC_OPTIONS": "nightwatch_monitor=1"},
+        Config("chromalloc-on", str(lib), {"CHROMALLOC_OPTIONS": "nightwatch=1"}, stats=True),
+        Config("chromalloc-monitor", str(lib), {"CHROMALLOC_OPTIONS": "nightwatch=1,nightwatch_monitor=1"},
                stats=True),
     ]}
 
@@ -132,7 +137,7 @@ def config_table(lib):
 def snapshot_library(src):
     """A private copy of the library, so that a rebuild during the run cannot mix builds."""
     data = src.read_bytes()
-    dst_dir = BUILD / "nightwatch-lib"
+    dst_dir = BUILD
     dst_dir.mkdir(parents=True, exist_ok=True)
     dst = dst_dir / "libchromalloc.so"
     tmp = dst_dir / ".libchromalloc.so.tmp"
@@ -173,6 +178,7 @@ class Run:
     maxrss_kib: int | None = None
     checksum: str | None = None
     nw: dict | None = None                    # the "nightwatch" object of the stats, if any
+    colours: dict | None = None               # colour layer: state, restrictive spans coloured or not
     option_unknown: bool = False              # the library warned "unknown option 'nightwatch..."
     error: str = ""
 
@@ -200,12 +206,29 @@ def start(br, cfg, argv, report, stats_path, cpu=None):
     if cpu is not None:
         cmd = (["taskset", "-c", str(cpu)] + cmd) if shutil.which("taskset") else cmd
     pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None and not shutil.which("taskset") else None
-    p = subprocess.Popen(cmd, env=child_env(cfg, stats_path), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=pre)
-    return p, cmd
+    for attempt in range(3):
+        try:
+            p = subprocess.Popen(cmd, env=child_env(cfg, stats_path), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=pre)
+            return p, cmd
+        except OSError as e:                   # e.g. a program being rewritten: retry, then report
+            err = e
+            time.sleep(1)
+    return FailedStart(str(err)), cmd
+
+
+class FailedStart:
+    """Stands in for a process that could not be started."""
+    def __init__(self, why):
+        self.why, self.returncode, self.pid = why, None, None
+
+    def communicate(self, timeout=None):
+        return "", f"could not start: {self.why}"
 
 
 def finish(run, p, cmd, report, stats_path, timeout, name):
+    if isinstance(p, FailedStart):
+        run.error = f"could not start: {p.why}"
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -246,6 +269,7 @@ def finish(run, p, cmd, report, stats_path, timeout, name):
             doc = json.loads(Path(stats_path).read_text())
             nw = doc.get("nightwatch")
             run.nw = nw if isinstance(nw, dict) else None
+            run.colours = colour_state(doc.get("colours"))
         except (OSError, ValueError) as e:
             say(f"  note: unreadable statistics of {run.workload} under {run.config}: {e}")
     if not run.ok:
@@ -265,6 +289,18 @@ def run_pv(br, cfg, experiment, workload, rep, extra, cpu=None, timeout=PV_TIMEO
         p, cmd = start(br, cfg, argv, report, stats, cpu)
         name = argv[1] + ("-alone" if "--no-polluter" in argv else "")
         return finish(Run(experiment, workload, cfg.name, rep), p, cmd, report, stats, timeout, name)
+
+
+def colour_state(c):
+    """The colour layer's state and how many spans of colour sets got pooled (coloured) pages
+    and how many fell back to ordinary memory (stock not ready): restrictive chunks only take
+    effect when they are coloured."""
+    if not isinstance(c, dict):
+        return None
+    sets = [x for x in c.get("sets") or [] if isinstance(x, dict)]
+    return {"state": c.get("state"), "eviction_sets": c.get("eviction_sets"),
+            "spans_filled": sum(int(x.get("spans_filled", 0)) for x in sets),
+            "spans_ordinary": sum(int(x.get("spans_ordinary", 0)) for x in sets)}
 
 
 def check_checksums(runs):
@@ -298,9 +334,61 @@ def pred_counts(nw):
     return None
 
 
-def site_function(site):
-    s = str(site)
-    return s.split("+", 1)[0].split(" ", 1)[0]
+_SYMS = None
+
+
+def pv_symbols():
+    """pv's functions as a sorted list of (address, name), from nm; [] without nm."""
+    global _SYMS
+    if _SYMS is None:
+        _SYMS = []
+        nm = shutil.which("nm")
+        if nm:
+            r = subprocess.run([nm, "--defined-only", str(BUILD / "pv")], capture_output=True, text=True)
+            for line in r.stdout.splitlines():
+                f = line.split()
+                if len(f) == 3 and f[1] in "tTwW":
+                    _SYMS.append((int(f[0], 16), f[2].split(".", 1)[0]))   # drop .constprop.0 etc.
+            _SYMS.sort()
+    return _SYMS
+
+
+def context_functions(c):
+    """The pv functions on a context's call stack, innermost first ([] when it cannot be told):
+    the site "0xOFF (pv)" or "name+0xOFF (pv)" gives pv's load address from the first frame."""
+    syms = pv_symbols()
+    m = re.match(r"^(?:(\S+?)\+)?0x([0-9a-fA-F]+) \((.*)\)$", str(c.get("site", "")))
+    try:
+        frames = [int(str(x), 16) for x in c.get("frames") or []]
+    except ValueError:
+        return []
+    if not syms or not m or not frames or os.path.basename(m.group(3)) != "pv":
+        return []
+    off = int(m.group(2), 16)
+    if m.group(1):
+        addr = [a for a, n in syms if n == m.group(1).split(".", 1)[0]]
+        if not addr:
+            return []
+        off += addr[0]
+    base, top = frames[0] - off, syms[-1][0] + 4096
+    names = []
+    for f in frames:
+        o = f - base
+        if 0 <= o < top:
+            i = bisect.bisect_right(syms, (o, "\U0010ffff")) - 1
+            if i >= 0 and (not names or names[-1] != syms[i][1]):
+                names.append(syms[i][1])
+    return names
+
+
+def expected_role(names):
+    """From the three innermost pv functions (deeper words of a stack scan may be stale)."""
+    for n in names[:3]:
+        if n in POLLUTER_SITES:
+            return "restrictive"
+        if n in VICTIM_SITES:
+            return "open"
+    return None
 
 
 def prediction_summary(runs):
@@ -319,6 +407,10 @@ def nw_totals(runs):
     for k in keys:
         out[k] = median([r.nw.get(k) for r in runs if r.ok and r.nw and isinstance(r.nw.get(k), (int, float))])
     out["enabled"] = sorted({bool(r.nw.get("enabled")) for r in runs if r.ok and r.nw and "enabled" in r.nw}) or None
+    col = [r.colours for r in runs if r.ok and r.colours]
+    out["colour_states"] = sorted({str(c["state"]) for c in col}) or None
+    out["restrictive_spans_coloured"] = median([c["spans_filled"] for c in col])
+    out["restrictive_spans_ordinary"] = median([c["spans_ordinary"] for c in col])
     return out
 
 
@@ -328,11 +420,10 @@ def contexts_of(runs):
         if r.ok and r.nw and isinstance(r.nw.get("contexts"), list):
             out = []
             for c in r.nw["contexts"]:
-                fn = site_function(c.get("site", ""))
-                exp = "restrictive" if fn in POLLUTER_SITES else "open" if fn in VICTIM_SITES else None
+                names = context_functions(c)
                 out.append({k: c.get(k) for k in ("site", "chunks", "bytes", "sampled_pages", "miss_rate",
                                                    "decision", "pred_hits", "pred_misses")}
-                           | {"expected": exp, "rep": r.rep})
+                           | {"functions": names, "expected": expected_role(names), "rep": r.rep})
             return out
     return None
 
@@ -340,10 +431,14 @@ def contexts_of(runs):
 # ---------------------------------------------------------------------------------------
 # Experiments
 
-def workloads_experiment(br, cfgs, reps, quick):
+def workloads_experiment(br, cfgs, reps, quick, settle_ms):
     extra = {"frames": ["--frames=150"], "requests": ["--frames=120"], "neutral": ["--frames=400"],
              "victims": ["--frames=4000"], "frames-alone": ["--frames=150"],
-             "requests-alone": ["--frames=120"]} if quick else {}
+             "requests-alone": ["--frames=120"]} if quick else \
+        {"frames-alone": ["--frames=3000"], "requests-alone": ["--frames=3000"]}   # cheap: more samples
+    if settle_ms:
+        for w in WORKLOADS:
+            extra[w] = extra.get(w, []) + [f"--settle-ms={settle_ms}"]
     plan = [(w, [c for c in cfgs]) for w in WORKLOADS]
     plan += [(w, [c for c in cfgs if c.name != "chromalloc-monitor"]) for w in ALONE]
     n = sum(len(cs) for _, cs in plan) * reps
@@ -403,7 +498,8 @@ def corun_experiment(br, cfgs, reps, seconds):
 
 
 def foundation_experiment(br, lib, reps, stats_dir):
-    on = br.Allocator("chromalloc-on", str(lib), env={"CHROMALLOC_STATS": str(stats_dir / "on.json")})
+    on = br.Allocator("chromalloc-on", str(lib), env={"CHROMALLOC_OPTIONS": "nightwatch=1",
+                                                        "CHROMALLOC_STATS": str(stats_dir / "on.json")})
     off = br.Allocator("chromalloc-off", str(lib), env={"CHROMALLOC_OPTIONS": "nightwatch=0",
                                                           "CHROMALLOC_STATS": str(stats_dir / "off.json")})
     say(f"\n=== foundation: {', '.join(FOUNDATION)} under chromalloc nightwatch=0 / nightwatch=1, {reps} reps")
@@ -411,7 +507,11 @@ def foundation_experiment(br, lib, reps, stats_dir):
     for rep in range(1, reps + 1):
         for b in FOUNDATION:
             for a in ([off, on] if rep % 2 else [on, off]):
-                r = br.execute(a, b, rep, [], br.SUITE_TIMEOUT)
+                try:
+                    r = br.execute(a, b, rep, [], br.SUITE_TIMEOUT)
+                except OSError as e:
+                    r = br.Run(b, a.name, rep, error=f"could not start: {e}")
+                    loud(f"FAILED: foundation {b} under {a.name}, rep {rep}: {r.error}")
                 run = Run("foundation", b, a.name, rep, total_s=r.seconds, wall_s=r.seconds,
                           maxrss_kib=r.maxrss_kib, checksum=r.checksum, error=r.error)
                 sp = Path(a.env["CHROMALLOC_STATS"])
@@ -505,7 +605,7 @@ def summarise(runs, corun, found, cfg_names):
                         "pollution_factor_glibc": ratio(g, al)}
 
     fd = {}
-    for b in FOUNDATION:
+    for b in FOUNDATION if found else []:
         d = {}
         for c in ("chromalloc-off", "chromalloc-on"):
             secs = [r.total_s for r in found if r.workload == b and r.config == c and r.ok]
@@ -513,36 +613,47 @@ def summarise(runs, corun, found, cfg_names):
                     "max_seconds": max(secs, default=None), "ok_runs": len(secs)}
         d["ratio_on_vs_off"] = ratio(d["chromalloc-on"]["median_seconds"], d["chromalloc-off"]["median_seconds"])
         fd[b] = d
-    if found:
-        fd["geomean_ratio_on_vs_off"] = geomean([fd[b]["ratio_on_vs_off"] for b in FOUNDATION])
+    if found:                                  # over all four, or none when one has no result
+        per = [fd[b]["ratio_on_vs_off"] for b in FOUNDATION]
+        fd["geomean_ratio_on_vs_off"] = geomean(per) if all(per) else None
+        fd["geomean_ratio_on_vs_off_available"] = geomean(per)
     return wl, ratios, pred, ctx, ctx_default, co, fd
 
 
-def verdict(value, limit, higher_is_better):
+def verdict(value, limit, higher_is_better, ran=True):
+    """PASS/FAIL; without a value FAIL when the runs were made (they failed), else SKIP."""
     if value is None:
-        return "SKIP"
+        return "FAIL" if ran else "SKIP"
     return "PASS" if (value >= limit if higher_is_better else value <= limit) else "FAIL"
 
 
-def targets(ratios, fd, found_ran):
+def targets(wl, ratios, fd, found_ran):
+    def ran(w, *cs):                           # were these configurations run on w at all?
+        return all(wl.get(w, {}).get(c, {}).get("runs") for c in cs)
     t = []
     for w in POLLUTED:
-        v = ratios[w]["speedup_on_vs_off"]
+        v = ratios.get(w, {}).get("speedup_on_vs_off")
         t.append((f"{w}: victim speed-up chromalloc-on vs -off >= {TARGETS['speedup_off']}x",
-                  verdict(v, TARGETS["speedup_off"], True), fmt(v)))
-    gm = geomean([ratios[w]["speedup_on_vs_glibc"] for w in POLLUTED])
-    complete = all(ratios[w]["speedup_on_vs_glibc"] for w in POLLUTED)
+                  verdict(v, TARGETS["speedup_off"], True, ran(w, "chromalloc-on", "chromalloc-off")), fmt(v)))
+    vals = [ratios.get(w, {}).get("speedup_on_vs_glibc") for w in POLLUTED]
+    gm = geomean(vals) if all(vals) else None
     t.append((f"geomean victim speed-up vs glibc over {', '.join(POLLUTED)} >= {TARGETS['geomean_vs_glibc']}x",
-              verdict(gm if complete else None, TARGETS["geomean_vs_glibc"], True), fmt(gm)))
+              verdict(gm, TARGETS["geomean_vs_glibc"], True, all(ran(w, "chromalloc-on", "glibc") for w in POLLUTED)),
+              fmt(gm) + "  [" + ", ".join(f"{w} {fmt(v)}" for w, v in zip(POLLUTED, vals)) + "]"))
     for w in CLEAN:
-        v = ratios[w]["slowdown_total_on_vs_off"]
+        v = ratios.get(w, {}).get("slowdown_total_on_vs_off")
         t.append((f"{w}: time on / off <= {TARGETS['slowdown']} (workload loop, in-program)",
-                  verdict(v, TARGETS["slowdown"], False), fmt(v, ".4f")))
-    g = fd.get("geomean_ratio_on_vs_off") if found_ran else None
-    t.append((f"foundation ({', '.join(FOUNDATION)}): geomean wall time on / off <= {TARGETS['overhead']}",
-              verdict(g, TARGETS["overhead"], False),
-              fmt(g, ".4f") + ("  [" + ", ".join(f"{b} {fmt(fd[b]['ratio_on_vs_off'], '.3f')}" for b in FOUNDATION) + "]"
-                               if found_ran else "")))
+                  verdict(v, TARGETS["slowdown"], False, ran(w, "chromalloc-on", "chromalloc-off")), fmt(v, ".4f")))
+    name = f"foundation ({', '.join(FOUNDATION)}): geomean wall time on / off <= {TARGETS['overhead']}"
+    if not found_ran:
+        t.append((name, "SKIP", "not run"))
+    else:
+        per = [fd[b]["ratio_on_vs_off"] for b in FOUNDATION]
+        missing = [b for b, v in zip(FOUNDATION, per) if v is None]
+        g = fd.get("geomean_ratio_on_vs_off")
+        t.append((name, "FAIL" if missing else verdict(g, TARGETS["overhead"], False),
+                  (f"no result for {', '.join(missing)}; " if missing else "") + fmt(g, ".4f")
+                  + "  [" + ", ".join(f"{b} {fmt(v, '.3f')}" for b, v in zip(FOUNDATION, per)) + "]"))
     return t
 
 
@@ -552,7 +663,8 @@ def targets(ratios, fd, found_ran):
 def write_csv(path, runs):
     cols = ["experiment", "workload", "config", "rep", "victim_ns", "victim_ns_p10", "victim_ns_p90",
             "total_s", "victim_s", "frames", "wall_s", "maxrss_kib", "checksum", "ok", "nw_enabled",
-            "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "error"]
+            "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
+            "restrictive_spans_coloured", "restrictive_spans_ordinary", "error"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -565,7 +677,9 @@ def write_csv(path, runs):
                         fmt(r.wall_s, ".5f", ""), r.maxrss_kib or "", r.checksum or "", int(r.ok),
                         "" if "enabled" not in nw else int(bool(nw["enabled"])), nw.get("chunks", ""),
                         nw.get("monitored", ""), nw.get("restrictive", ""),
-                        "" if pc is None else pc[0], "" if pc is None else pc[1], r.error])
+                        "" if pc is None else pc[0], "" if pc is None else pc[1],
+                        (r.colours or {}).get("state", ""), (r.colours or {}).get("spans_filled", ""),
+                        (r.colours or {}).get("spans_ordinary", ""), r.error])
 
 
 COLORS = {"glibc": "#7f7f7f", "mimalloc": "#2ca02c", "chromalloc-off": "#ff7f0e",
@@ -668,7 +782,8 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
             f"{fmt(d.get('gap_recovered_vs_off'), '.0%', '-'):>15}{fmt(d['slowdown_total_on_vs_off'], '.4f'):>13}"
             f"{fmt(d['monitor_total_vs_off'], '.4f'):>13}")
     say("\nNightWatch statistics (chromalloc-on: medians; prediction success pooled over reps)")
-    say(f"{'workload':<10}{'chunks':>9}{'monitored':>11}{'restrictive':>13}{'pred. default':>15}{'pred. monitor':>15}")
+    say(f"{'workload':<10}{'chunks':>9}{'monitored':>11}{'restrictive':>13}{'pred. default':>17}{'pred. monitor':>17}"
+        f"   colour layer: state, restrictive spans coloured/ordinary")
     for w in WORKLOADS:
         s = wl[w].get("chromalloc-on", {}).get("nightwatch", {}) or {}
         pd, pm = pred[w]["default_run"] or {}, pred[w]["monitor_run"] or {}
@@ -676,12 +791,20 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
         def ps(p):
             return "n/a" if not p or p.get("success") is None else f"{100 * p['success']:.1f}% ({p['hits']}/{p['hits'] + p['misses']})"
         say(f"{w:<10}{fmt(s.get('chunks'), '.0f'):>9}{fmt(s.get('monitored'), '.0f'):>11}"
-            f"{fmt(s.get('restrictive'), '.0f'):>13}{ps(pd):>15}{ps(pm):>15}")
+            f"{fmt(s.get('restrictive'), '.0f'):>13}{ps(pd):>17}{ps(pm):>17}   "
+            f"{'/'.join(s.get('colour_states') or ['n/a'])}, {fmt(s.get('restrictive_spans_coloured'), '.0f')}"
+            f"/{fmt(s.get('restrictive_spans_ordinary'), '.0f')}")
     for w in WORKLOADS:
         if ctx.get(w):
-            say(f"  contexts of {w} (monitor run): " + "; ".join(
-                f"{c['site']}: {c['decision']} (miss {fmt(c.get('miss_rate'), '.2f')}, {c.get('chunks')} chunks"
-                + (f", expected {c['expected']}" if c['expected'] else "") + ")" for c in ctx[w]))
+            shown = [c for c in ctx[w] if c["expected"] or (c.get("chunks") or 0) >= 10]
+            say(f"  contexts of {w} (monitor run; functions innermost first, decision, miss rate, chunks;"
+                f" {len(ctx[w]) - len(shown)} more of one-off allocations in the JSON):")
+            for c in shown:
+                where = "<-".join(c["functions"][:3]) or str(c["site"])
+                mark = "" if not c["expected"] else "  ok" if c["decision"] == c["expected"] else \
+                    f"  (expected {c['expected']})"
+                say(f"    {where:<44} {str(c['decision']):<12} {fmt(c.get('miss_rate'), '.2f'):>5} "
+                    f"{c.get('chunks')!s:>6}{mark}")
     if co:
         say("\nCo-running (victim on CPU 1, polluter on CPU 0): victim ns per lookup, median [min-max]")
         for n in CORUN_CONFIGS + ["alone"]:
@@ -708,7 +831,8 @@ def context_check(ctx):
     if not seen:
         return ("(extra) contexts decided as their role (polluter sites restrictive, others open)", "SKIP",
                 "no decided contexts in the statistics")
-    wrong = [f"{c['site']} {c['decision']}" for c in seen if c["decision"] != c["expected"]]
+    wrong = [f"{'<-'.join(c['functions'][:2]) or c['site']} {c['decision']}" for c in seen
+             if c["decision"] != c["expected"]]
     return ("(extra) contexts decided as their role (polluter sites restrictive, others open)",
             "FAIL" if wrong else "PASS", f"{len(seen) - len(wrong)}/{len(seen)} right" + (": wrong " + "; ".join(wrong) if wrong else ""))
 
@@ -717,11 +841,15 @@ def context_check(ctx):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, help="repetitions (default 5; corun min(reps, 3); --quick 1)")
+    ap.add_argument("--reps", type=int, help="repetitions (default 5; --quick 1)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, short workloads")
     ap.add_argument("--chromalloc", help="libchromalloc.so to measure (default build/libchromalloc.so)")
+    ap.add_argument("--only", help="comma-separated workloads (default: " + ",".join(WORKLOADS) + ")")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: corun, foundation, mimalloc")
-    ap.add_argument("--corun-seconds", type=float, help="victim duration in the co-running runs (default 3)")
+    ap.add_argument("--corun-seconds", type=float, help="victim duration in the co-running runs (default 2)")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds each workload run sleeps after its first 20 frames (pv --settle-ms), "
+                         "so that chromalloc's colour worker can stock restrictive pages (default 0)")
     ap.add_argument("--out", help="results directory (default bench/results)")
     args = ap.parse_args()
     global RESULTS
@@ -729,8 +857,12 @@ def main():
         RESULTS = Path(args.out).resolve()
     reps = args.reps or (1 if args.quick else 5)
     skip = {s for s in args.skip.split(",") if s}
-    if reps < 1 or skip - {"corun", "foundation", "mimalloc"}:
-        ap.error("--reps must be >= 1; --skip takes corun, foundation, mimalloc")
+    only = args.only.split(",") if args.only else list(WORKLOADS)
+    if reps < 1 or skip - {"corun", "foundation", "mimalloc"} or args.settle < 0 or set(only) - set(WORKLOADS):
+        ap.error(f"--reps must be >= 1; --skip takes corun, foundation, mimalloc; --only takes {', '.join(WORKLOADS)}")
+    WORKLOADS[:] = [w for w in WORKLOADS if w in only]
+    for a in [a for a, w in ALONE.items() if w not in only]:
+        del ALONE[a]
     t_start = time.monotonic()
     for k in OWN_ENV:                          # run.py's launcher passes the environment on
         os.environ.pop(k, None)
@@ -741,6 +873,7 @@ def main():
         say(f"cannot load bench/run.py: {e}")
         return 2
     br.RESULTS = RESULTS
+    br.BUILD = BUILD                           # run.py's programs, built into our own directory
     br.build(cc)                               # the foundation programs, launch and probe
     build_pv(cc)
 
@@ -778,12 +911,15 @@ def main():
     cfg_names = [n for n in CONFIGS if n in usable]
     say(f"configurations: {', '.join(cfg_names)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
+    for old in list((RESULTS / "logs").glob("nightwatch-*.log")) + \
+            [p for b in FOUNDATION for p in (RESULTS / "logs").glob(f"{b}-chromalloc-o[nf]*-rep*.log")]:
+        old.unlink()                           # this script's logs of an earlier run
 
-    runs = workloads_experiment(br, [usable[n] for n in cfg_names], reps, args.quick)
+    runs = workloads_experiment(br, [usable[n] for n in cfg_names], reps, args.quick, int(args.settle * 1000))
     corun = []
     if "corun" not in skip:
-        secs = args.corun_seconds or (1.0 if args.quick else 3.0)
-        corun = corun_experiment(br, usable, min(reps, 3), secs)
+        secs = args.corun_seconds or (1.0 if args.quick else 2.0)
+        corun = corun_experiment(br, usable, reps, secs)
     found = []
     if "foundation" not in skip and lib_info:
         with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
@@ -792,7 +928,7 @@ def main():
 
     all_runs = runs + corun + found
     wl, ratios, pred, ctx, ctx_default, co, fd = summarise(runs, corun, found, cfg_names)
-    tg = targets(ratios, fd, bool(found)) + [context_check(ctx)]
+    tg = targets(wl, ratios, fd, bool(found)) + [context_check(ctx)]
     if lib_info:
         lib_info["changed_during_run"] = (hashlib.sha256(src.read_bytes()).hexdigest() != lib_info["sha256"]
                                           if src.exists() else True)
@@ -804,7 +940,7 @@ def main():
                                br.allocator_table(src), cc)
     except Exception as e:                     # noqa: BLE001 - the description is optional
         meta = {"error": str(e)}
-    doc = {"machine": meta, "library": lib_info, "reps": reps, "quick": args.quick,
+    doc = {"machine": meta, "library": lib_info, "reps": reps, "quick": args.quick, "settle_seconds": args.settle,
            "elapsed_seconds": round(elapsed, 1), "configs": {n: {"preload": c.preload, "env": c.env}
                                                              for n, c in usable.items()},
            "nightwatch_stats_present": nw_present, "nightwatch_option_unknown": option_unknown,
@@ -824,6 +960,13 @@ def main():
     if not nw_present and any(n.startswith("chromalloc") for n in cfg_names):
         loud("the library writes no \"nightwatch\" statistics: prediction and contexts are n/a"
              + ("; it does not know the option 'nightwatch' either, so on = off" if option_unknown else ""))
+    idle = [w for w in POLLUTED if (wl.get(w, {}).get("chromalloc-on", {}).get("nightwatch") or {}).get("restrictive")
+            and not (wl[w]["chromalloc-on"]["nightwatch"].get("restrictive_spans_coloured") or 0)]
+    if idle:
+        loud(f"{', '.join(idle)}: chunks were predicted restrictive but their spans got ordinary memory "
+             f"(colour layer not ready: {', '.join(wl[idle[0]]['chromalloc-on']['nightwatch'].get('colour_states') or ['?'])}"
+             "): the policy cannot have changed placement there"
+             + (f", even after {args.settle:g} s of idle time (--settle)" if args.settle else " (see --settle)"))
     if lib_info and lib_info["changed_during_run"]:
         say(f"note: {src} changed during the run; the copy taken at start was measured")
     say("\nTargets (NightWatch; reported, not enforced):")

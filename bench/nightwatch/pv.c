@@ -8,44 +8,62 @@
    victim's lines were still in the L2.
 
    Usage: pv WORKLOAD [--key=value ...] [--no-polluter]
-     frames    one victim array of 64-byte nodes (--victim-kib, default 256), allocated once;
+     frames    one victim array of 64-byte nodes (--victim-kib, default 192), allocated once;
                per frame (--frames, 1000) a buffer (--buf-kib, 1536) is malloc'd in its own
                function, written, read once (summed) and freed, then one lap of random lookups
                through the victim (each node once, in a random cyclic order) is timed.
      requests  a hash index (buckets + one malloc'd 64-byte node per key, --victim-kib of
-               nodes) as the victim; per request (--frames, 800) a body (768 or 1024 KiB
-               alternately) and a response (512 KiB) are allocated through one wrapper,
+               nodes, default 128) as the victim; per request (--frames, 1500) a body (768 or
+               1024 KiB alternately) and a response (512 KiB) are allocated through one wrapper,
                req_alloc(), from two call sites and streamed once, and a 32 KiB session scratch
                from a third call site of the same wrapper is reused heavily (8 passes); then one
-               lap of chained lookups in the index is timed.
-     neutral   no polluter: per iteration (--frames, 600) four 64 KiB work buffers reused over
+               lap of chained lookups in the index (each key once) is timed.
+     neutral   no polluter: per iteration (--frames, 2400) four 32 KiB work buffers reused over
                8 passes, plus 32 scratch chunks of 8 KiB each written and read 4 times; the
-               passes over the work buffers are the timed phase.
-     victims   no polluter: 8 hot tables of --victim-kib/8 each (>= 4 KiB chunks) from 4 call
-               sites, one chase through all of them per round (--frames, 2500), and one table
-               re-allocated (copied into a new chunk, old one freed) per round.
+               passes over the work buffers are the timed phase (ns per 64-byte line).
+     victims   no polluter: hot tables of 16 KiB (--victim-kib / 16 of them, default 128 KiB)
+               from 4 call sites, one chase through all of them per round (--frames, 20000),
+               and one table re-allocated (copied into a new chunk, old one freed) per round.
      polluter  co-running: frames' polluter alone (--buf-kib, default 8192 here) for --seconds
-               (default 4).
-     victim    co-running: frames' victim alone (--victim-kib, default 2048 here) for --seconds.
+               (default 4); its "victim_ns" is ns per streamed line.
+     victim    co-running: frames' victim alone (--victim-kib, default 1024 here: beyond the L2,
+               inside what the shared L3 holds for us) for --seconds.
+   The sizes suit this machine's L2 as measured (512 KiB, 8 ways, shared with the host's other
+   hardware thread: a chase of 128-192 KiB alone runs at L2 speed, 256 KiB often does not; the
+   index of requests takes more room than its nodes: glibc puts a 64-byte node in 80 bytes).
    --no-polluter (frames, requests): skip the polluter buffers: the victim alone, the best case.
    --seed=N changes the data (and the checksum).
+   --settle-ms=N (frames, requests, neutral, victims): sleep N ms after the first 20 frames,
+   which are then left out of the statistics, as is the sleep from total_s: the steady state of
+   an allocator whose background work (chromalloc's colour worker) needs an idle moment.
 
    Output, one line: RESULT <workload> victim_ns=<median over frames of ns per lookup>
      victim_ns_p10=.. victim_ns_p90=.. total_s=<the workload loop> victim_s=<timed phases>
      frames=<n> checksum=<hex>
    The checksum depends on the workload, its options and the seed only (never on addresses), so
    it is the same under every allocator; the timed modes (polluter, victim) print checksum=na.
-   The program pins itself to the CPU it starts on. */
+   --pin: pin the main thread to the CPU it starts on (off by default: threads an allocator starts
+   later inherit the pin, and chromalloc's colour worker, which stocks the pages of restrictive
+   chunks at nice 19, then shares one CPU with the busy benchmark and makes no progress). */
 #include "../src/bench.h"
 #include <sched.h>
 
 #define NOINLINE __attribute__((noinline))
 
+/* Allocation sites: each is a function of its own that counts its calls in its own slot, so
+   that the compiler cannot fold two identical bodies into one (-O2 does identical code folding),
+   which would merge their innermost return addresses.  bench/nightwatch.py maps the contexts in
+   chromalloc's statistics back to these names with nm. */
+enum { S_FRAME, S_VICTIM, S_REQ, S_NODE, S_BUCKETS, S_WORK, S_SCRATCH, S_TA, S_TB, S_TC, S_TD, S_N };
+static unsigned long site_calls[S_N];
+#define SITE(k) (site_calls[k]++)
+
 /* ---- options ------------------------------------------------------------------------------ */
 
 static long opt_victim_kib = -1, opt_buf_kib = -1, opt_frames = -1, opt_seed = 1;
 static double opt_seconds = 4.0;
-static int opt_no_polluter = 0;
+static int opt_no_polluter = 0, opt_pin = 0;
+static long opt_settle_ms = 0;
 
 static long parse_num(const char* s, const char* name, long min) {
   char* end;
@@ -61,6 +79,8 @@ static void parse_options(int argc, char** argv) {
     const char* eq = strchr(a, '=');
     const char* v = eq ? eq + 1 : "";
     if (strcmp(a, "--no-polluter") == 0) opt_no_polluter = 1;
+    else if (strcmp(a, "--pin") == 0) opt_pin = 1;
+    else if (strncmp(a, "--settle-ms=", 12) == 0) opt_settle_ms = parse_num(v, "settle-ms", 0);
     else if (strncmp(a, "--victim-kib=", 13) == 0) opt_victim_kib = parse_num(v, "victim-kib", 8);
     else if (strncmp(a, "--buf-kib=", 10) == 0) opt_buf_kib = parse_num(v, "buf-kib", 4);
     else if (strncmp(a, "--frames=", 9) == 0) opt_frames = parse_num(v, "frames", 1);
@@ -84,6 +104,12 @@ static int cmpd(const void* a, const void* b) {
 
 typedef struct { double* v; size_t n, cap; double sum_s; } samples_t;
 
+/* room for `n` samples up front: no allocation between the timed phases */
+static samples_t samples(size_t n) {
+  samples_t s = { check_alloc(malloc(n * sizeof(double)), n * sizeof(double)), 0, n, 0 };
+  return s;
+}
+
 static void sample(samples_t* s, uint64_t ns, uint64_t lookups) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 1024;
@@ -92,6 +118,22 @@ static void sample(samples_t* s, uint64_t ns, uint64_t lookups) {
   s->v[s->n++] = (double)ns / (double)lookups;
   s->sum_s += (double)ns * 1e-9;
 }
+
+/* --settle-ms: after the first SETTLE_AT frames the program sleeps (an idle moment in which an
+   allocator's background work can finish); the sleep is not part of total_s, and the frames
+   before it are not part of the statistics. */
+#define SETTLE_AT 20
+
+static void settle(long frame, uint64_t* t0) {
+  if (opt_settle_ms > 0 && frame == SETTLE_AT) {
+    uint64_t a = now_ns();
+    struct timespec t = { opt_settle_ms / 1000, (opt_settle_ms % 1000) * 1000000L };
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+    *t0 += now_ns() - a;
+  }
+}
+
+static size_t skipped(void) { return opt_settle_ms > 0 ? SETTLE_AT + 5 : 5; }
 
 /* the first `skip` frames (cold caches, first touches) are not part of the statistics */
 static void report(const char* name, samples_t* s, size_t skip, double total_s, uint64_t checksum,
@@ -105,6 +147,7 @@ static void report(const char* name, samples_t* s, size_t skip, double total_s, 
     p10 = v[n / 10];
     p90 = v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
   }
+  free(s->v);
   printf("RESULT %s victim_ns=%.3f victim_ns_p10=%.3f victim_ns_p90=%.3f total_s=%.4f victim_s=%.4f "
          "frames=%zu ", name, med, p10, p90, total_s, s->sum_s, s->n);
   if (has_checksum) printf("checksum=%016llx\n", (unsigned long long)checksum);
@@ -114,6 +157,7 @@ static void report(const char* name, samples_t* s, size_t skip, double total_s, 
 /* ---- the polluter: a buffer from its own call site, written, read once, freed ------------- */
 
 NOINLINE static uint64_t* frame_buffer(size_t bytes) {
+  SITE(S_FRAME);
   uint64_t* p = malloc(bytes);
   return check_alloc(p, bytes);
 }
@@ -141,6 +185,7 @@ NOINLINE static uint64_t stream_frame(size_t bytes, uint64_t frame) {
 typedef struct { uint32_t next, pad; uint64_t key; uint64_t payload[6]; } node_t;
 
 NOINLINE static node_t* victim_alloc(size_t bytes) {
+  SITE(S_VICTIM);
   node_t* p = malloc(bytes);
   return check_alloc(p, bytes);
 }
@@ -182,9 +227,10 @@ static void run_frames(void) {
   node_t* v = make_victim(n, &r);
   uint32_t pos = 0;
   uint64_t check = 0;
-  samples_t s = { 0 };
+  samples_t s = samples((size_t)frames);
   uint64_t t0 = now_ns();
   for (long f = 0; f < frames; f++) {
+    settle(f, &t0);
     if (!opt_no_polluter) check += stream_frame(bkib * 1024, (uint64_t)f);
     uint64_t a = now_ns();
     check += chase(v, &pos, n);
@@ -192,7 +238,7 @@ static void run_frames(void) {
   }
   double total = (double)(now_ns() - t0) * 1e-9;
   free(v);
-  report(opt_no_polluter ? "frames-alone" : "frames", &s, 5, total, check, 1);
+  report(opt_no_polluter ? "frames-alone" : "frames", &s, skipped(), total, check, 1);
 }
 
 /* ---- requests: a hash index of malloc'd nodes; request buffers through one wrapper -------- */
@@ -200,6 +246,7 @@ static void run_frames(void) {
 typedef struct inode_s { uint64_t key, value; struct inode_s* next; uint64_t payload[5]; } inode_t;
 
 NOINLINE static void* req_alloc(size_t bytes) {        /* the common wrapper */
+  SITE(S_REQ);
   void* p = malloc(bytes);
   return check_alloc(p, bytes);
 }
@@ -231,8 +278,13 @@ NOINLINE static uint64_t session_scratch(size_t bytes, uint64_t seed) {  /* call
   return s;
 }
 
-NOINLINE static inode_t* index_node(void) { inode_t* p = malloc(sizeof *p); return check_alloc(p, sizeof *p); }
+NOINLINE static inode_t* index_node(void) {
+  SITE(S_NODE);
+  inode_t* p = malloc(sizeof *p);
+  return check_alloc(p, sizeof *p);
+}
 NOINLINE static inode_t** index_buckets(size_t n) {
+  SITE(S_BUCKETS);
   inode_t** p = calloc(n, sizeof *p);
   return check_alloc(p, n * sizeof *p);
 }
@@ -250,11 +302,11 @@ static uint64_t lookup_chain(inode_t** buckets, uint64_t mask, uint64_t* key, si
 }
 
 static void run_requests(void) {
-  size_t vkib = (size_t)def(opt_victim_kib, 192);
-  long reqs = def(opt_frames, 800);
+  size_t vkib = (size_t)def(opt_victim_kib, 128);
+  long reqs = def(opt_frames, 1500);
   rng_t r = rng_seed((uint64_t)opt_seed);
   size_t n = vkib * 1024 / sizeof(inode_t), nb = 1;
-  while (nb * 2 <= n / 2) nb *= 2;                  /* about two nodes per bucket */
+  while (nb * 2 <= n) nb *= 2;                      /* one to two nodes per bucket */
   inode_t** buckets = index_buckets(nb);
   uint64_t* keys = check_alloc(malloc(n * sizeof *keys), n * sizeof *keys);
   uint32_t* perm = check_alloc(malloc(n * sizeof *perm), n * sizeof *perm);
@@ -277,9 +329,10 @@ static void run_requests(void) {
   free(perm);
   uint64_t key = keys[0], check = 0;
   free(keys);
-  samples_t s = { 0 };
+  samples_t s = samples((size_t)reqs);
   uint64_t t0 = now_ns();
   for (long q = 0; q < reqs; q++) {
+    settle(q, &t0);
     if (!opt_no_polluter) {
       check += read_body((q & 1 ? 1024 : 768) * 1024, (uint64_t)q);
       check += session_scratch(32 * 1024, (uint64_t)q);
@@ -293,22 +346,23 @@ static void run_requests(void) {
   for (size_t i = 0; i < n; i++) free(nodes[i]);
   free(nodes);
   free(buckets);
-  report(opt_no_polluter ? "requests-alone" : "requests", &s, 5, total, check, 1);
+  report(opt_no_polluter ? "requests-alone" : "requests", &s, skipped(), total, check, 1);
 }
 
 /* ---- neutral: chunks with reuse only ------------------------------------------------------ */
 
-NOINLINE static uint64_t* work_buffer(size_t bytes) { uint64_t* p = malloc(bytes); return check_alloc(p, bytes); }
-NOINLINE static uint64_t* scratch_chunk(size_t bytes) { uint64_t* p = malloc(bytes); return check_alloc(p, bytes); }
+NOINLINE static uint64_t* work_buffer(size_t b) { SITE(S_WORK); uint64_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static uint64_t* scratch_chunk(size_t b) { SITE(S_SCRATCH); uint64_t* p = malloc(b); return check_alloc(p, b); }
 
 static void run_neutral(void) {
   long iters = def(opt_frames, 2400);
   enum { NBUF = 4, BUF = 32 * 1024, PASSES = 8, NSCR = 32, SCR = 8 * 1024 };
   size_t words = BUF / 8;
   uint64_t check = 0;
-  samples_t s = { 0 };
+  samples_t s = samples((size_t)iters);
   uint64_t t0 = now_ns();
   for (long it = 0; it < iters; it++) {
+    settle(it, &t0);
     uint64_t* b[NBUF];
     for (int k = 0; k < NBUF; k++) { b[k] = work_buffer(BUF); fill(b[k], words, mix64((uint64_t)(it * NBUF + k))); }
     uint64_t a = now_ns();
@@ -328,17 +382,17 @@ static void run_neutral(void) {
     }
     for (int k = 0; k < NBUF; k++) free(b[k]);
   }
-  report("neutral", &s, 5, (double)(now_ns() - t0) * 1e-9, check, 1);
+  report("neutral", &s, skipped(), (double)(now_ns() - t0) * 1e-9, check, 1);
 }
 
 /* ---- victims: several hot tables, re-allocated now and then, no streaming ----------------- */
 
 typedef struct { uint32_t next, pad; uint64_t val; uint64_t payload[6]; } entry_t;
 
-NOINLINE static entry_t* table_a(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
-NOINLINE static entry_t* table_b(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
-NOINLINE static entry_t* table_c(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
-NOINLINE static entry_t* table_d(size_t b) { entry_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static entry_t* table_a(size_t b) { SITE(S_TA); entry_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static entry_t* table_b(size_t b) { SITE(S_TB); entry_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static entry_t* table_c(size_t b) { SITE(S_TC); entry_t* p = malloc(b); return check_alloc(p, b); }
+NOINLINE static entry_t* table_d(size_t b) { SITE(S_TD); entry_t* p = malloc(b); return check_alloc(p, b); }
 static entry_t* (*const table_site[4])(size_t) = { table_a, table_b, table_c, table_d };
 
 static void run_victims(void) {
@@ -368,9 +422,10 @@ static void run_victims(void) {
   free(perm);
   uint32_t g = 0;
   uint64_t check = 0;
-  samples_t s = { 0 };
+  samples_t s = samples((size_t)rounds);
   uint64_t t0 = now_ns();
   for (long q = 0; q < rounds; q++) {
+    settle(q, &t0);
     uint64_t a = now_ns();
     uint64_t acc = 0;
     for (size_t k = 0; k < n; k++) {
@@ -388,7 +443,7 @@ static void run_victims(void) {
   }
   double total = (double)(now_ns() - t0) * 1e-9;
   for (size_t t = 0; t < T; t++) free(tab[t]);
-  report("victims", &s, 5, total, check, 1);
+  report("victims", &s, skipped(), total, check, 1);
 }
 
 /* ---- co-running halves -------------------------------------------------------------------- */
@@ -396,7 +451,7 @@ static void run_victims(void) {
 static void run_polluter(void) {
   size_t bkib = (size_t)def(opt_buf_kib, 8192);
   uint64_t end = now_ns() + (uint64_t)(opt_seconds * 1e9), check = 0;
-  samples_t s = { 0 };
+  samples_t s = samples(1024);
   uint64_t t0 = now_ns();
   for (uint64_t f = 0; now_ns() < end; f++) {
     uint64_t a = now_ns();
@@ -408,13 +463,13 @@ static void run_polluter(void) {
 }
 
 static void run_victim(void) {
-  size_t vkib = (size_t)def(opt_victim_kib, 2048);
+  size_t vkib = (size_t)def(opt_victim_kib, 1024);
   rng_t r = rng_seed((uint64_t)opt_seed);
   size_t n = vkib * 1024 / sizeof(node_t);
   node_t* v = make_victim(n, &r);
   uint64_t end = now_ns() + (uint64_t)(opt_seconds * 1e9), check = 0;
   uint32_t pos = 0;
-  samples_t s = { 0 };
+  samples_t s = samples(1024);
   uint64_t t0 = now_ns();
   while (now_ns() < end) {
     uint64_t a = now_ns();
@@ -429,12 +484,14 @@ static void run_victim(void) {
 int main(int argc, char** argv) {
   bench_name = "pv";
   if (argc < 2) fail("usage: pv frames|requests|neutral|victims|polluter|victim [--victim-kib=N] "
-                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--no-polluter]");
+                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--no-polluter] [--pin]");
   parse_options(argc, argv);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(sched_getcpu(), &one);
-  sched_setaffinity(0, sizeof one, &one);
+  if (opt_pin) {                      /* this thread only; threads started later inherit it */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    sched_setaffinity(0, sizeof one, &one);
+  }
   const char* w = argv[1];
   if (strcmp(w, "frames") == 0) run_frames();
   else if (strcmp(w, "requests") == 0) run_requests();
