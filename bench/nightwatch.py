@@ -782,7 +782,7 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
             f"{fmt(d.get('gap_recovered_vs_off'), '.0%', '-'):>15}{fmt(d['slowdown_total_on_vs_off'], '.4f'):>13}"
             f"{fmt(d['monitor_total_vs_off'], '.4f'):>13}")
     say("\nNightWatch statistics (chromalloc-on: medians; prediction success pooled over reps)")
-    say(f"{'workload':<10}{'chunks':>9}{'monitored':>11}{'restrictive':>13}{'pred. default':>17}{'pred. monitor':>17}"
+    say(f"{'workload':<10}{'chunks':>9}{'monitored':>11}{'restrictive':>13} {'pred. default':>18} {'pred. monitor':>18}"
         f"   colour layer: state, restrictive spans coloured/ordinary")
     for w in WORKLOADS:
         s = wl[w].get("chromalloc-on", {}).get("nightwatch", {}) or {}
@@ -791,7 +791,7 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
         def ps(p):
             return "n/a" if not p or p.get("success") is None else f"{100 * p['success']:.1f}% ({p['hits']}/{p['hits'] + p['misses']})"
         say(f"{w:<10}{fmt(s.get('chunks'), '.0f'):>9}{fmt(s.get('monitored'), '.0f'):>11}"
-            f"{fmt(s.get('restrictive'), '.0f'):>13}{ps(pd):>17}{ps(pm):>17}   "
+            f"{fmt(s.get('restrictive'), '.0f'):>13} {ps(pd):>18} {ps(pm):>18}   "
             f"{'/'.join(s.get('colour_states') or ['n/a'])}, {fmt(s.get('restrictive_spans_coloured'), '.0f')}"
             f"/{fmt(s.get('restrictive_spans_ordinary'), '.0f')}")
     for w in WORKLOADS:
