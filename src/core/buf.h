@@ -45,6 +45,10 @@ static inline void ca_buf_hex(ca_buf_t* b, uintptr_t v) {
   ca_buf_str(b, "0x");
   ca_buf_mem(b, tmp + sizeof tmp - n, n);
 }
+/* `,"name":v` - one field of a JSON object after its first */
+static inline void ca_buf_field_u64(ca_buf_t* b, const char* name, uint64_t v) {
+  ca_buf_str(b, ",\""); ca_buf_str(b, name); ca_buf_str(b, "\":"); ca_buf_u64(b, v);
+}
 /* fixed-point: v / 10^digits, e.g. (1234, 2) -> "12.34" */
 static inline void ca_buf_fixed(ca_buf_t* b, int64_t v, int digits) {
   int64_t scale = 1;

@@ -434,19 +434,19 @@ void _ca_monitor_release(const void* p, size_t len) {
 
 void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_str(b, "{\"trap\":");               ca_buf_str(b, M.trap_ok ? "true" : "false");
-  ca_buf_str(b, ",\"hit_ticks\":");          ca_buf_u64(b, M.hit_ticks);
-  ca_buf_str(b, ",\"miss_ticks\":");         ca_buf_u64(b, M.miss_ticks);
-  ca_buf_str(b, ",\"threshold\":");          ca_buf_u64(b, M.threshold);
-  ca_buf_str(b, ",\"first_refs\":");         ca_buf_u64(b, M.first_refs);
-  ca_buf_str(b, ",\"pairs\":");              ca_buf_u64(b, M.pairs);
-  ca_buf_str(b, ",\"pair_hits\":");          ca_buf_u64(b, M.pair_hits);
-  ca_buf_str(b, ",\"late_pairs\":");         ca_buf_u64(b, M.late_pairs);
-  ca_buf_str(b, ",\"rearms\":");             ca_buf_u64(b, M.rearms);
-  ca_buf_str(b, ",\"released_pages\":");     ca_buf_u64(b, M.released);
-  ca_buf_str(b, ",\"chunks_without_room\":"); ca_buf_u64(b, M.no_room);
-  ca_buf_str(b, ",\"verdicts\":");           ca_buf_u64(b, M.verdicts);
-  ca_buf_str(b, ",\"fault_handling_ns\":");  ca_buf_u64(b, M.fault_ns);
-  ca_buf_str(b, ",\"burst_us\":");           ca_buf_u64(b, BURST_US);
-  ca_buf_str(b, ",\"window_us\":");          ca_buf_u64(b, WINDOW_US);
+  ca_buf_field_u64(b, "hit_ticks", M.hit_ticks);
+  ca_buf_field_u64(b, "miss_ticks", M.miss_ticks);
+  ca_buf_field_u64(b, "threshold", M.threshold);
+  ca_buf_field_u64(b, "first_refs", M.first_refs);
+  ca_buf_field_u64(b, "pairs", M.pairs);
+  ca_buf_field_u64(b, "pair_hits", M.pair_hits);
+  ca_buf_field_u64(b, "late_pairs", M.late_pairs);
+  ca_buf_field_u64(b, "rearms", M.rearms);
+  ca_buf_field_u64(b, "released_pages", M.released);
+  ca_buf_field_u64(b, "chunks_without_room", M.no_room);
+  ca_buf_field_u64(b, "verdicts", M.verdicts);
+  ca_buf_field_u64(b, "fault_handling_ns", M.fault_ns);
+  ca_buf_field_u64(b, "burst_us", BURST_US);
+  ca_buf_field_u64(b, "window_us", WINDOW_US);
   ca_buf_str(b, "}");
 }

@@ -343,10 +343,6 @@ void _ca_nightwatch_init(void) {
 }
 
 /* ---- statistics -------------------------------------------------------------------------- */
-static void u64_field(ca_buf_t* b, const char* name, uint64_t v) {
-  ca_buf_str(b, ",\""); ca_buf_str(b, name); ca_buf_str(b, "\":"); ca_buf_u64(b, v);
-}
-
 void _ca_nightwatch_stats_json(ca_buf_t* b) {
   uint64_t ph = 0, pm = 0;
   int n = atomic_load_explicit(&NW.nctx, ca_acquire);
@@ -355,20 +351,20 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_str(b, _ca_policy == &policy ? "true" : "false");
   ca_buf_str(b, ",\"off_reason\":\""); ca_buf_str(b, NW.off_reason); ca_buf_str(b, "\"");
   ca_buf_str(b, ",\"monitor_all\":"); ca_buf_str(b, NW.monitor_all ? "true" : "false");
-  u64_field(b, "chunks", NW.chunks);
-  u64_field(b, "monitored", NW.monitored);
-  u64_field(b, "monitor_lost", NW.lost);
-  u64_field(b, "restrictive", NW.restrictive);
-  u64_field(b, "switches", NW.switches);
-  u64_field(b, "size_table_hits", NW.table_hits);
-  u64_field(b, "context_captures", NW.captures);
-  u64_field(b, "context_capture_ns", NW.capture_ns);
+  ca_buf_field_u64(b, "chunks", NW.chunks);
+  ca_buf_field_u64(b, "monitored", NW.monitored);
+  ca_buf_field_u64(b, "monitor_lost", NW.lost);
+  ca_buf_field_u64(b, "restrictive", NW.restrictive);
+  ca_buf_field_u64(b, "switches", NW.switches);
+  ca_buf_field_u64(b, "size_table_hits", NW.table_hits);
+  ca_buf_field_u64(b, "context_captures", NW.captures);
+  ca_buf_field_u64(b, "context_capture_ns", NW.capture_ns);
   ca_buf_str(b, ",\"predictions\":{\"hits\":"); ca_buf_u64(b, ph);
   ca_buf_str(b, ",\"misses\":"); ca_buf_u64(b, pm); ca_buf_str(b, "}");
   ca_buf_str(b, ",\"monitor\":");
   _ca_monitor_stats_json(b);
   /* the report buffer is bounded: the first MAX_REPORTED contexts, and how many were left out */
-  u64_field(b, "contexts_omitted", n > MAX_REPORTED ? (uint64_t)(n - MAX_REPORTED) : 0);
+  ca_buf_field_u64(b, "contexts_omitted", n > MAX_REPORTED ? (uint64_t)(n - MAX_REPORTED) : 0);
   if (n > MAX_REPORTED) n = MAX_REPORTED;
   ca_buf_str(b, ",\"contexts\":[");
   for (int i = 0; i < n; i++) {
@@ -382,22 +378,22 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
     ca_buf_str(b, ",\"frames\":[");
     for (uint32_t f = 0; f < c->nframes; f++) { if (f) ca_buf_char(b, ','); ca_buf_char(b, '"'); ca_buf_hex(b, c->frames[f]); ca_buf_char(b, '"'); }
     ca_buf_str(b, "]");
-    u64_field(b, "chunks", c->chunks);
-    u64_field(b, "bytes", c->bytes);
-    u64_field(b, "monitored", c->monitored);
-    u64_field(b, "sampled_pages", c->pages);
-    u64_field(b, "pair_hits", c->hits);
-    u64_field(b, "pair_misses", c->misses);
+    ca_buf_field_u64(b, "chunks", c->chunks);
+    ca_buf_field_u64(b, "bytes", c->bytes);
+    ca_buf_field_u64(b, "monitored", c->monitored);
+    ca_buf_field_u64(b, "sampled_pages", c->pages);
+    ca_buf_field_u64(b, "pair_hits", c->hits);
+    ca_buf_field_u64(b, "pair_misses", c->misses);
     ca_buf_str(b, ",\"miss_rate\":");
     if (c->hits + c->misses) ca_buf_fixed(b, (int64_t)(c->misses * 1000 / (c->hits + c->misses)), 3); else ca_buf_str(b, "null");
     ca_buf_str(b, ",\"decision\":\"");
     ca_buf_str(b, c->nverdicts == 0 ? "unknown" : c->decision == CA_MAP_RESTRICTIVE ? "restrictive" : "open");
     ca_buf_str(b, "\"");
-    u64_field(b, "restrictive_chunks", c->restrictive);
-    u64_field(b, "pred_hits", c->pred_hits);
-    u64_field(b, "pred_misses", c->pred_misses);
-    u64_field(b, "skip", c->skip);
-    u64_field(b, "switches", c->switches);
+    ca_buf_field_u64(b, "restrictive_chunks", c->restrictive);
+    ca_buf_field_u64(b, "pred_hits", c->pred_hits);
+    ca_buf_field_u64(b, "pred_misses", c->pred_misses);
+    ca_buf_field_u64(b, "skip", c->skip);
+    ca_buf_field_u64(b, "switches", c->switches);
     ca_buf_str(b, "}");
   }
   ca_buf_str(b, "]}");
