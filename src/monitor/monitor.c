@@ -34,6 +34,7 @@
 #include "../core/buf.h"
 #include "../color/colour.h"
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -79,6 +80,7 @@ static struct {
   ca_lock_t      lock;
   mchunk_t       chunks[MAX_CHUNKS];
   _Atomic(int)   active;              /* chunks in CH_ACTIVE or CH_VERDICT */
+  bool           rearming;            /* the monitor thread is protecting a batch, unlocked */
   ca_verdict_fn  verdict;
   bool           inited, trap_ok;
   sem_t          wake;
@@ -276,8 +278,10 @@ static void deliver(void) {
 }
 
 /* Pages whose burst window has passed are marked ARMED under the lock and protected after
-   it (system calls under the lock would hold up every fault); a page released meanwhile is
-   opened again by the fault handler's repair path. */
+   it (system calls under the lock would hold up every fault).  While such a batch is in
+   flight (`rearming`), chunks are not stopped and pages not released (lock_settled): a late
+   PROT_NONE must not land on a chunk already freed, whose memory may be reused or moved by
+   mremap with the protection.  Faults meanwhile find their page ARMED and are measured. */
 static bool rearm(void) {
   enum { BATCH = 64 };
   void* pages[BATCH];
@@ -298,18 +302,19 @@ static bool rearm(void) {
     }
   }
   M.rearms += (uint64_t)n;
+  M.rearming = n > 0;
   _ca_unlock(&M.lock);
+  if (n == 0) return open_left;
   for (int i = 0; i < n; i++) protect(pages[i], PROT_NONE);
-  /* a page released or stopped between the unlock and its protection must not stay closed */
-  if (n > 0) {
-    _ca_lock(&M.lock);
-    for (int i = 0; i < n; i++) {
-      mchunk_t* c = chunk_at((uintptr_t)pages[i]);
-      sample_t* s = c != NULL ? sample_at(c, (uintptr_t)pages[i]) : NULL;
-      if (s == NULL || s->state != PG_ARMED || c->state != CH_ACTIVE) protect(pages[i], PROT_READ | PROT_WRITE);
-    }
-    _ca_unlock(&M.lock);
+  /* a page a fault handler opened between the unlock and its protection must not stay closed */
+  _ca_lock(&M.lock);
+  for (int i = 0; i < n; i++) {
+    mchunk_t* c = chunk_at((uintptr_t)pages[i]);
+    sample_t* s = c != NULL ? sample_at(c, (uintptr_t)pages[i]) : NULL;
+    if (s == NULL || s->state != PG_ARMED || c->state != CH_ACTIVE) protect(pages[i], PROT_READ | PROT_WRITE);
   }
+  M.rearming = false;
+  _ca_unlock(&M.lock);
   return open_left;
 }
 
@@ -402,9 +407,19 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   return true;
 }
 
+/* Take the lock with no re-protection in flight (see rearm).  Not for the fault handler. */
+static void lock_settled(void) {
+  for (;;) {
+    _ca_lock(&M.lock);
+    if (!M.rearming) return;
+    _ca_unlock(&M.lock);
+    sched_yield();
+  }
+}
+
 void _ca_monitor_stop(void* p) {
   if (atomic_load_explicit(&M.active, ca_relaxed) == 0) return;
-  _ca_lock(&M.lock);
+  lock_settled();
   mchunk_t* c = NULL;
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++)
     if ((M.chunks[i].state == CH_ACTIVE || M.chunks[i].state == CH_VERDICT) && M.chunks[i].p == p) c = &M.chunks[i];
@@ -420,7 +435,7 @@ void _ca_monitor_stop(void* p) {
 void _ca_monitor_release(const void* p, size_t len) {
   if (atomic_load_explicit(&M.active, ca_relaxed) == 0 || len == 0) return;
   uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1), hi = (uintptr_t)p + len;
-  _ca_lock(&M.lock);
+  lock_settled();
   for (int i = 0; i < MAX_CHUNKS; i++) {
     mchunk_t* c = &M.chunks[i];
     if (c->state != CH_ACTIVE || hi <= c->lo || lo >= c->hi) continue;
