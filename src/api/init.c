@@ -84,6 +84,7 @@ static void fork_parent(void) {
 }
 static void fork_child(void) {
   _ca_segment_fork_child();
+  _ca_large_fork_child();
   _ca_heap_fork_child(_ca_heap);
 }
 

@@ -131,6 +131,7 @@ ca_export void chromalloc_collect(void) {
     _ca_heap_delayed_free(h);
     _ca_segment_purge_expired(h, true);
   }
+  _ca_large_collect();
   _ca_segment_cache_purge(true);
 }
 

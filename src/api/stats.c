@@ -137,7 +137,8 @@ void _ca_stats_json(ca_buf_t* b) {
   kv_i(b, "live", ld(&_ca_stats.large_live), true);
   kv_i(b, "live_bytes", ld(&_ca_stats.large_live_bytes), true);
   kv_i(b, "peak_bytes", ld(&_ca_stats.large_peak_bytes), true);
-  kv_i(b, "cache_reuse", (int64_t)ldu(&_ca_stats.large_cached_reuse), false);
+  kv_i(b, "cache_reuse", (int64_t)ldu(&_ca_stats.large_cached_reuse), true);
+  kv_i(b, "kept_reuse", (int64_t)ldu(&_ca_stats.large_kept_reuse), false);
   ca_buf_str(b, "},\"segments\":{");
   kv_i(b, "current", ld(&_ca_stats.segments), true);
   kv_i(b, "peak", ld(&_ca_stats.segments_peak), true);

@@ -51,6 +51,7 @@ static struct {
 } L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
 
 #define STOCK_CHUNK 512                      /* pages per supply chunk (2 MiB) */
+#define STOCK_MAX   (64 * 256)               /* pages: a set's stock grows to at most 64 MiB */
 #define BATCH       32                       /* pages classified between two checks */
 
 int _ca_colour_state(void) { return atomic_load_explicit(&L.state, ca_acquire); }
@@ -324,6 +325,10 @@ static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
   _ca_lock(&L.lock);
   bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && _ca_pool_fill(&s->pool, base, bytes);
   if (ok) s->filled_spans++; else s->fallback_spans++;
+  /* the stock must cover the biggest request seen (up to STOCK_MAX): the next one of that size
+     is then filled */
+  size_t need = bytes / CA_OS_PAGE + STOCK_CHUNK / 8;
+  if (!ok && s->target < need) s->target = need < STOCK_MAX ? need : STOCK_MAX;
   size_t stock = s->pool.count, target = s->target;
   _ca_unlock(&L.lock);
   if (stock < target / 2 || !ok) wake_worker();

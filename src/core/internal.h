@@ -146,6 +146,9 @@ void     _ca_os_unmap(void* p, size_t size);
 void*    _ca_os_remap(void* p, size_t old_size, size_t size);  /* 2 MiB-aligned result or NULL */
 void     _ca_os_purge(void* p, size_t size);                /* give pages back, keep the range */
 void     _ca_os_thp(void* p, size_t size, bool on);
+bool     _ca_os_move(void* from, void* to, size_t size);       /* mremap: pages keep their frames */
+/* chromalloc's own system-call stub (os.c): the kernel's result, -errno on failure */
+long     _ca_syscall6(long nr, long a, long b, long c, long d, long e, long f);
 uint64_t _ca_clock_ms(void);                                /* coarse, cheap */
 uint64_t _ca_clock_ns(void);
 void     _ca_os_random(void* buf, size_t len);
@@ -212,6 +215,8 @@ void   _ca_free_last(ca_span_t* s) ca_noinline;
 void   _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) ca_noinline;
 void*  _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) ca_noinline;
 void   _ca_large_free(ca_segment_t* seg);
+void   _ca_large_collect(void);                     /* kept objects of flavours go back */
+void   _ca_large_fork_child(void);
 void*  _ca_large_realloc(ca_segment_t* seg, void* p, size_t n);
 void*  _ca_malloc_aligned(size_t n, size_t align, bool zero);
 size_t _ca_usable_size(const void* p);
@@ -237,6 +242,7 @@ typedef struct ca_stats_s {
   _Atomic(uint64_t) large_allocs;
   _Atomic(int64_t)  large_live, large_live_bytes, large_peak_bytes;
   _Atomic(uint64_t) large_cached_reuse;
+  _Atomic(uint64_t) large_kept_reuse;         /* objects of a flavour reused whole */
   _Atomic(int64_t)  mapped_bytes, mapped_peak;
   _Atomic(uint64_t) purged_bytes, purges;
   _Atomic(uint64_t) threads, heaps_reused;

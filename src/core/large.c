@@ -2,12 +2,23 @@
    heap, so any thread allocates and frees them through the segment cache without touching a
    heap.  The object starts one header page into the segment plus a random whole number of cache
    lines (jemalloc's cache-oblivious placement), so large buffers of different objects do not all
-   start on L1 set 0.  realloc grows or shrinks in place while the mapping is big enough. */
+   start on L1 set 0.  realloc grows or shrinks in place while the mapping is big enough.
+
+   An object of a flavour (pages of a colour set) is assembled page by page by the span hook,
+   one mremap per page, and taken apart the same way when freed: for a 4 MiB buffer that is
+   1024 system calls each way.  So the last few freed objects of each flavour are *kept* whole,
+   pages and all, and the next object of that flavour that fits in one (at most twice smaller)
+   reuses it as it is.  They are given back on chromalloc_collect/malloc_trim and when a newer
+   one pushes them out. */
 #include "internal.h"
 #include "hooks.h"
 #include <sys/mman.h>
 
 static _Atomic(uint64_t) large_rng = 0x9E3779B97F4A7C15ull;
+
+#define KEPT_PER_FLAVOUR 4
+static ca_lock_t     kept_lock;
+static ca_segment_t* kept[CA_FLAVOURS][KEPT_PER_FLAVOUR];   /* freed objects of a flavour, whole */
 
 static size_t random_line_offset(void) {
   uint64_t x = atomic_fetch_add_explicit(&large_rng, 0x9E3779B97F4A7C15ull, ca_relaxed);
@@ -24,9 +35,44 @@ static void object_pages(const ca_segment_t* seg, uint8_t** page, size_t* bytes)
   *bytes = (size_t)(end - (uintptr_t)*page);
 }
 
+static void account_alloc(const ca_segment_t* seg) {
+  _ca_stat_inc(&_ca_stats.large_allocs, 1);
+  _ca_stat_add(&_ca_stats.large_live, 1, NULL);
+  _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)seg->large_size, &_ca_stats.large_peak_bytes);
+}
+
+/* A kept object of `flavour` that holds n bytes and is at most twice as big, or NULL. */
+static ca_segment_t* kept_take(size_t n, uint8_t flavour) {
+  ca_segment_t* seg = NULL;
+  _ca_lock(&kept_lock);
+  for (int i = 0; i < KEPT_PER_FLAVOUR && seg == NULL; i++) {
+    ca_segment_t* s = kept[flavour][i];
+    if (s != NULL && s->large_size >= n && s->large_size / 2 <= n) { seg = s; kept[flavour][i] = NULL; }
+  }
+  _ca_unlock(&kept_lock);
+  return seg;
+}
+
+/* Keep a freed object of a flavour whole; false when there is no room (the caller frees it). */
+static bool kept_put(ca_segment_t* seg) {
+  _ca_lock(&kept_lock);
+  ca_segment_t** k = kept[seg->flavour];
+  bool ok = false;
+  for (int i = 0; i < KEPT_PER_FLAVOUR && !ok; i++) if (k[i] == NULL) { k[i] = seg; ok = true; }
+  _ca_unlock(&kept_lock);
+  return ok;
+}
+
 void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   if (n > PTRDIFF_MAX) { errno = ENOMEM; return NULL; }
   _ca_ensure_init();
+  ca_segment_t* reuse = flavour != 0 && align <= CA_OS_PAGE ? kept_take(n, flavour) : NULL;
+  if (reuse != NULL) {
+    _ca_stat_inc(&_ca_stats.large_kept_reuse, 1);
+    account_alloc(reuse);
+    if (zero) memset(reuse->large_ptr, 0, n);
+    return reuse->large_ptr;
+  }
   size_t off = align > CA_MIN_ALIGN ? 0 : random_line_offset();
   ca_segment_t* seg = _ca_segment_large_alloc(n, align, &off);
   if (seg == NULL) return NULL;
@@ -35,9 +81,7 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   /* ordinary objects may use the whole mapping; an object of a flavour is filled page by
      page, so it gets exactly the pages it covers */
   seg->large_size = flavour ? ((off + n + CA_OS_PAGE - 1) & ~(CA_OS_PAGE - 1)) - off : seg->size - off;
-  _ca_stat_inc(&_ca_stats.large_allocs, 1);
-  _ca_stat_add(&_ca_stats.large_live, 1, NULL);
-  _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)seg->large_size, &_ca_stats.large_peak_bytes);
+  account_alloc(seg);
   uint8_t* page;
   size_t bytes;
   object_pages(seg, &page, &bytes);
@@ -49,18 +93,42 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   return p;
 }
 
-void _ca_large_free(ca_segment_t* seg) {
-  CA_POLICY_CHUNK(CA_CHUNK_FREE, seg->large_ptr, seg->large_size);
+/* Give an object's pages back to the hook and its segment to the cache. */
+static void release(ca_segment_t* seg) {
   uint8_t* page;
   size_t bytes;
   object_pages(seg, &page, &bytes);
   CA_HOOK(span_released, page, bytes, seg->flavour);
   seg->flavour = 0;
-  _ca_stat_add(&_ca_stats.large_live, -1, NULL);
-  _ca_stat_add(&_ca_stats.large_live_bytes, -(int64_t)seg->large_size, NULL);
   seg->spans[0].flags = CA_SPAN_UNUSED;
   _ca_segment_large_free(seg);
 }
+
+void _ca_large_free(ca_segment_t* seg) {
+  CA_POLICY_CHUNK(CA_CHUNK_FREE, seg->large_ptr, seg->large_size);
+  _ca_stat_add(&_ca_stats.large_live, -1, NULL);
+  _ca_stat_add(&_ca_stats.large_live_bytes, -(int64_t)seg->large_size, NULL);
+  if (seg->flavour != 0 && kept_put(seg)) return;
+  release(seg);
+}
+
+/* Every kept object goes back (chromalloc_collect, malloc_trim).  After fork() the child's
+   kept pages are copies in new frames: `ordinary` then drops their flavour first. */
+static void kept_flush(bool ordinary) {
+  for (int f = 1; f < CA_FLAVOURS; f++)
+    for (int i = 0; i < KEPT_PER_FLAVOUR; i++) {
+      _ca_lock(&kept_lock);
+      ca_segment_t* seg = kept[f][i];
+      kept[f][i] = NULL;
+      _ca_unlock(&kept_lock);
+      if (seg == NULL) continue;
+      if (ordinary) seg->flavour = 0;
+      release(seg);
+    }
+}
+
+void _ca_large_collect(void) { kept_flush(false); }
+void _ca_large_fork_child(void) { atomic_store_explicit(&kept_lock.v, 0, ca_relaxed); kept_flush(true); }
 
 /* Resize a large object without copying when it can: in place while the mapping has room
    (shrinking gives whole tail pages back), else by growing the mapping where it lies, else by
