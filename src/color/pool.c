@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "colour.h"
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -76,12 +77,7 @@ uint8_t* _ca_pool_supply(size_t npages) {
 }
 
 /* Move the page at src to dst (both page aligned), keeping its frame. */
-static bool move_page(void* src, void* dst) {
-  int e = errno;
-  void* r = mremap(src, CA_OS_PAGE, CA_OS_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
-  errno = e;
-  return r == dst;
-}
+static bool move_page(void* src, void* dst) { return _ca_os_move(src, dst, CA_OS_PAGE); }
 
 /* Fill [base, base + bytes) with pages from pool: all of them or none.  Called with the
    layer's lock held. */
@@ -116,9 +112,8 @@ void _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
     _ca_pool_push(pool, slot);
     pool->returned++;
   }
-  int e = errno;
-  mmap(base, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-  errno = e;
+  _ca_syscall6(SYS_mmap, (long)base, (long)bytes, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   moved_pages = moved_pages >= n ? moved_pages - n : 0;
 }
 

@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #define INFLIGHT 8
 static _Atomic(uintptr_t) inflight[INFLIGHT];        /* pages being recoloured */
@@ -35,6 +36,8 @@ static bool on_fault(void* addr, int sig) {
   return ours;
 }
 
+static bool protect(void* page, int prot) { return _ca_syscall6(SYS_mprotect, (long)page, CA_OS_PAGE, prot, 0, 0, 0) == 0; }
+
 long _ca_recolour(void* p, size_t len, int id) {
   static _Atomic(bool) registered;
   if (!atomic_exchange(&registered, true)) _ca_trap_register(on_fault);
@@ -52,11 +55,11 @@ long _ca_recolour(void* p, size_t len, int id) {
         uintptr_t zero = 0;
         if (atomic_compare_exchange_strong(&inflight[i], &zero, (uintptr_t)page)) slot = i;
       }
-    bool ok = mprotect(page, CA_OS_PAGE, PROT_READ) == 0;
+    bool ok = protect(page, PROT_READ);
     if (ok) {
       memcpy(fresh, page, CA_OS_PAGE);
-      ok = mremap(fresh, CA_OS_PAGE, CA_OS_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, page) == page;
-      if (!ok) { mprotect(page, CA_OS_PAGE, PROT_READ | PROT_WRITE); _ca_pool_drop(fresh); }
+      ok = _ca_os_move(fresh, page, CA_OS_PAGE);
+      if (!ok) { protect(page, PROT_READ | PROT_WRITE); _ca_pool_drop(fresh); }
     } else {
       _ca_pool_drop(fresh);
     }

@@ -15,15 +15,39 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-/* The system calls themselves: munmap and madvise are interposed for the locality monitor
-   (monitor/syscalls.c), whose lock must never be taken under the core's locks. */
-static int sys_munmap(void* p, size_t n) { return (int)syscall(SYS_munmap, p, n); }
-static int sys_madvise(void* p, size_t n, int advice) { return (int)syscall(SYS_madvise, p, n, advice); }
+/* chromalloc's own system calls: the kernel's result (-errno on failure), errno untouched.  The
+   program's munmap, madvise and mprotect are interposed for the locality monitor
+   (monitor/syscalls.c), whose lock must never be taken under the core's locks: chromalloc's own
+   calls go straight to the kernel. */
+#if defined(__x86_64__)
+long _ca_syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+  register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
+  long r;
+  __asm__ volatile("syscall" : "=a"(r) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return r;
+}
+#else
+long _ca_syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+  int saved = errno;
+  long r = syscall(nr, a, b, c, d, e, f);
+  if (r == -1) r = -errno;
+  errno = saved;
+  return r;
+}
+#endif
+
+static int sys_munmap(void* p, size_t n) { return (int)_ca_syscall6(SYS_munmap, (long)p, (long)n, 0, 0, 0, 0); }
+static int sys_madvise(void* p, size_t n, int advice) { return (int)_ca_syscall6(SYS_madvise, (long)p, (long)n, advice, 0, 0, 0); }
+static void* sys_mremap(void* p, size_t old, size_t n, int flags, void* to) {
+  long r = _ca_syscall6(SYS_mremap, (long)p, (long)old, (long)n, flags, (long)to, 0);
+  return r < 0 && r > -4096 ? MAP_FAILED : (void*)r;
+}
 
 void* _ca_os_map(size_t size) {
-  void* p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) { errno = ENOMEM; return NULL; }
-  return p;
+  long r = _ca_syscall6(SYS_mmap, 0, (long)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r < 0 && r > -4096) { errno = ENOMEM; return NULL; }
+  return (void*)r;
 }
 
 /* Map `size` bytes aligned to `align` (a power of two >= page): over-map, then trim both ends. */
@@ -32,50 +56,39 @@ void* _ca_os_map_aligned(size_t size, size_t align) {
   uint8_t* p = _ca_os_map(size + align);
   if (p == NULL) return NULL;
   uint8_t* a = (uint8_t*)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
-  int e = errno;
   if (a > p) sys_munmap(p, (size_t)(a - p));
   size_t tail = (size_t)((p + size + align) - (a + size));
   if (tail > 0) sys_munmap(a + size, tail);
-  errno = e;
   return a;
 }
 
 /* Grow a 2 MiB-aligned mapping to `size` bytes: in place if the address space after it is free,
    else moved (not copied) into a fresh aligned range.  NULL when neither works. */
 void* _ca_os_remap(void* p, size_t old_size, size_t size) {
+  void* q = sys_mremap(p, old_size, size, 0, NULL);
+  if (q != MAP_FAILED) return q;
   int e = errno;
-  void* q = mremap(p, old_size, size, 0);
-  if (q != MAP_FAILED) { errno = e; return q; }
   uint8_t* target = _ca_os_map_aligned(size, (size_t)1 << 21);
+  errno = e;
   if (target == NULL || ((uintptr_t)target >> 47) != 0) {
     if (target) sys_munmap(target, size);
-    errno = e;
     return NULL;
   }
-  q = mremap(p, old_size, size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-  if (q == MAP_FAILED) { sys_munmap(target, size); errno = e; return NULL; }
-  errno = e;
+  q = sys_mremap(p, old_size, size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+  if (q == MAP_FAILED) { sys_munmap(target, size); return NULL; }
   return q;
 }
 
-void _ca_os_unmap(void* p, size_t size) {
-  int e = errno;
-  sys_munmap(p, size);
-  errno = e;
+/* Move `size` bytes of pages from `from` to `to` (page aligned), keeping their frames. */
+bool _ca_os_move(void* from, void* to, size_t size) {
+  return sys_mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to) == to;
 }
 
-void _ca_os_purge(void* p, size_t size) {
-  if (size == 0) return;
-  int e = errno;
-  sys_madvise(p, size, MADV_DONTNEED);
-  errno = e;
-}
+void _ca_os_unmap(void* p, size_t size) { sys_munmap(p, size); }
 
-void _ca_os_thp(void* p, size_t size, bool on) {
-  int e = errno;
-  sys_madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-  errno = e;
-}
+void _ca_os_purge(void* p, size_t size) { if (size != 0) sys_madvise(p, size, MADV_DONTNEED); }
+
+void _ca_os_thp(void* p, size_t size, bool on) { sys_madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE); }
 
 uint64_t _ca_clock_ms(void) {
   struct timespec t;
@@ -177,6 +190,6 @@ void _ca_lock(ca_lock_t* l) {
     if (atomic_load_explicit(&l->v, ca_relaxed) == 0 &&
         atomic_compare_exchange_weak_explicit(&l->v, &expected, 1, ca_acquire, ca_relaxed)) return;
     if (spins < 64) ca_cpu_relax();
-    else sched_yield();
+    else _ca_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
   }
 }
