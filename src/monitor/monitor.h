@@ -1,5 +1,5 @@
 /* The locality monitor (monitor.c): sampled page traps that decide whether a chunk's data is
-   reused while it is still in the L2 (victim) or not (polluter). */
+   reused while it could still be in the L2 (normal) or not (polluter). */
 #ifndef CA_MONITOR_H
 #define CA_MONITOR_H
 
@@ -9,24 +9,38 @@
 
 struct ca_buf_s;
 
-/* A chunk's monitoring ended with enough evidence: `polluter` when its miss rate was above
-   one half.  Called on the monitor thread or in the thread that freed the chunk, never in the
-   fault handler, with no monitor lock held.  `cookie` is what _ca_monitor_start was given. */
-typedef void (*ca_verdict_fn)(void* chunk, size_t size, uint64_t cookie, bool polluter,
-                              uint32_t hits, uint32_t misses, uint32_t pages);
+/* What the monitor saw of one chunk. */
+typedef struct ca_monitor_result_s {
+  bool     polluter;       /* miss rate above one half */
+  uint32_t pages;          /* pages sampled */
+  uint32_t hits, misses;   /* judged reference pairs */
+  uint32_t far;            /* misses: the chunk alone touched more than the L2 between the two */
+  uint32_t unused;         /* misses: a page referenced once and never again */
+  uint32_t interference;   /* hits by the chunk's own footprint whose timed reload missed: its
+                              data was evicted by other data (it is a victim of pollution) */
+} ca_monitor_result_t;
+
+/* A chunk's monitoring ended with enough evidence.  Called on the monitor thread or in the
+   thread that freed the chunk, never in the fault handler, with no monitor lock held.
+   `cookie` is what _ca_monitor_start was given. */
+typedef void (*ca_verdict_fn)(void* chunk, size_t size, uint64_t cookie, const ca_monitor_result_t* r);
 
 #pragma GCC visibility push(hidden)
 void   _ca_monitor_init(ca_verdict_fn verdict);
-/* Start sampling a chunk (whole pages inside [p, p + n)); false when there is no room or no
-   whole page. */
+/* Start sampling a chunk (whole pages inside [p, p + n)); false when there is no room, no
+   whole page, or the monitor is still measuring the machine. */
 bool   _ca_monitor_start(void* p, size_t n, uint64_t cookie);
 /* The chunk is freed or resized: stop, give the verdict if the evidence suffices. */
 void   _ca_monitor_stop(void* p);
 /* The kernel is about to touch [p, p + len) (a system call's buffer) or the program changes its
    protection: make any sampled page in it accessible and stop sampling it. */
-void   _ca_monitor_release(const void* p, size_t len);
+void   _ca_monitor_release(const void* p, size_t len) __attribute__((access(none, 1)));
 bool   _ca_monitor_active(void);                    /* any chunk being sampled */
+bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */
 uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk of `pages` */
+/* The pair rule: `between` other sampled pages of the chunk were referenced between the pair's
+   two references, each standing for `stride` bytes: a hit when that footprint fits the L2. */
+bool   _ca_monitor_judge(uint32_t between, size_t stride, size_t l2);
 void   _ca_monitor_stats_json(struct ca_buf_s* b);
 #pragma GCC visibility pop
 

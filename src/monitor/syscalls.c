@@ -10,10 +10,7 @@
    directly (fread fread_unlocked fwrite fwrite_unlocked), their _FORTIFY_SOURCE forms
    (__read_chk __pread64_chk __recv_chk __recvfrom_chk __fread_chk), and the program changing
    its own memory: mprotect munmap madvise (a sampled page would otherwise be re-protected by
-   the monitor after the program made it read-only, or vice versa).  Other system calls given
-   a buffer inside a sampled page (ioctl, getdents, ...) could still see EFAULT; the sampled
-   pages are whole pages inside chunks of at least a page, the buffers such calls take are
-   rarely there.
+   the monitor after the program made it read-only, or vice versa).
 
    The real functions: glibc's public aliases where it has them (__read, __write, __pread64,
    __pwrite64, __send), else dlsym(RTLD_NEXT) on first use - never during allocator start-up. */
@@ -39,6 +36,8 @@ extern ssize_t __send(int fd, const void* buf, size_t n, int flags);
 #pragma GCC visibility pop
 
 static inline void release(const void* p, size_t n) { _ca_monitor_release(p, n); }
+
+
 static void release_iov(const struct iovec* iov, int cnt) {
   if (!_ca_monitor_active() || iov == NULL) return;
   for (int i = 0; i < cnt; i++) release(iov[i].iov_base, iov[i].iov_len);
@@ -106,6 +105,7 @@ ca_export size_t __fread_chk(void* p, size_t bs, size_t s, size_t c, FILE* f) {
 
 /* the program's own protection changes: raw system calls, so chromalloc's own calls (which
    also land here) never wait on the monitor */
-ca_export int mprotect(void* p, size_t n, int prot) { release(p, n); return (int)syscall(SYS_mprotect, p, n, prot); }
-ca_export int munmap(void* p, size_t n) { release(p, n); return (int)syscall(SYS_munmap, p, n); }
-ca_export int madvise(void* p, size_t n, int advice) { release(p, n); return (int)syscall(SYS_madvise, p, n, advice); }
+static int sys_result(long r) { if (r < 0) { errno = (int)-r; return -1; } return (int)r; }
+ca_export int mprotect(void* p, size_t n, int prot) { release(p, n); return sys_result(_ca_syscall6(SYS_mprotect, (long)p, (long)n, prot, 0, 0, 0)); }
+ca_export int munmap(void* p, size_t n) { release(p, n); return sys_result(_ca_syscall6(SYS_munmap, (long)p, (long)n, 0, 0, 0, 0)); }
+ca_export int madvise(void* p, size_t n, int advice) { release(p, n); return sys_result(_ca_syscall6(SYS_madvise, (long)p, (long)n, advice, 0, 0, 0)); }

@@ -220,7 +220,7 @@ static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) 
 }
 
 /* ---- monitored chunks -------------------------------------------------------------------- */
-static void on_verdict(void* p, size_t n, uint64_t cookie, bool polluter, uint32_t hits, uint32_t misses, uint32_t pages);
+static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_result_t* r);
 
 static void unwatch(int w) {
   atomic_fetch_sub_explicit(&NW.ctx[NW.watched[w].ctx].inflight, 1, ca_relaxed);
@@ -256,7 +256,8 @@ static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8
   return p;
 }
 
-static void on_verdict(void* p, size_t n, uint64_t cookie, bool polluter, uint32_t hits, uint32_t misses, uint32_t pages) {
+static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_result_t* r) {
+  bool polluter = r->polluter;
   _ca_lock(&NW.lock);
   nw_watched_t w = NW.watched[cookie];
   bool live = w.p == p;
@@ -269,7 +270,7 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, bool polluter, uint32
   if (sw) atomic_store_explicit(&NW.switching, p, ca_release);
   _ca_unlock(&NW.lock);
   if (!live) return;
-  _ca_nw_verdict(w.ctx, w.predicted, polluter, hits, misses, pages);
+  _ca_nw_verdict(w.ctx, w.predicted, polluter, r->hits, r->misses, r->pages);
   if (!sw) return;
   int target = polluter ? restrictive_flavour() : (NW.open_id == 0 ? (NW.open_id = _ca_colour_set(1, 8, 8)) : NW.open_id);
   ca_segment_t* seg = _ca_segment_of(p);
