@@ -29,19 +29,25 @@ void* _ca_calloc_slow(size_t n) {
   return p;
 }
 
+static void* calloc_from(size_t n, const void* frame, const void* ret) {
+  void* p = _ca_malloc_from(n, frame, ret);
+  if (p != NULL) memset(p, 0, n);
+  return p;
+}
+
 ca_export void* calloc(size_t count, size_t size) {
   size_t n;
   if (ca_unlikely(__builtin_mul_overflow(count, size, &n))) { errno = ENOMEM; return NULL; }
   _ca_ensure_init();
   if (n > _ca_medium_limit) {
-    void* p = _ca_policy_place(n, true, __builtin_frame_address(0));
+    void* p = _ca_policy_place(n, true, __builtin_frame_address(0), __builtin_return_address(0));
     return p != NULL ? p : _ca_large_alloc(n, 0, true, 0);           /* fresh pages: no memset */
   }
-  return _ca_calloc_slow(n);
+  return calloc_from(n, __builtin_frame_address(0), __builtin_return_address(0));
 }
 
 ca_export void* realloc(void* p, size_t n) {
-  if (p == NULL) return _ca_malloc(n);
+  if (p == NULL) return _ca_malloc_from(n, __builtin_frame_address(0), __builtin_return_address(0));
   if (n == 0) { _ca_free(p); return NULL; }            /* glibc: realloc(p, 0) frees */
   ca_segment_t* seg = _ca_segment_of(p);
   size_t have = _ca_usable_size(p);                    /* aborts on a pointer that is not ours */
@@ -55,7 +61,7 @@ ca_export void* realloc(void* p, size_t n) {
   } else if (n <= have && n >= have / 2) {
     return p;
   }
-  void* q = flavour ? _ca_malloc_flavour(n, flavour) : _ca_malloc(n);
+  void* q = flavour ? _ca_malloc_flavour(n, flavour) : _ca_malloc_from(n, __builtin_frame_address(0), __builtin_return_address(0));
   if (q == NULL) return NULL;                          /* p is left untouched */
   memcpy(q, p, n < have ? n : have);
   _ca_free(p);

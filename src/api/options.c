@@ -47,6 +47,9 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
   [CA_OPT_NIGHTWATCH_MONITOR] = { "nightwatch_monitor", 0, 0, 1, bool_words,
                              "NightWatch monitors every chunk instead of adaptive sampling (to check "
                              "predictions; slow)" },
+  [CA_OPT_NIGHTWATCH_BUDGET] = { "nightwatch_budget", 10, 0, 1000, NULL,
+                             "NightWatch's monitoring (page protection, faults, chunks placed apart) may "
+                             "take at most this per mille of the run time (10 = 1%)" },
 };
 
 long _ca_options[CA_OPT_COUNT];

@@ -8,7 +8,8 @@
 
 #include "internal.h"
 
-static inline void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
+/* a block from the heap's direct table, or NULL */
+static inline void* _ca_heap_pop(ca_heap_t* h, size_t n) {
   if (ca_likely(n <= CA_DIRECT_MAX)) {
     ca_span_t* s = h->direct[(n + CA_MIN_ALIGN - 1) / CA_MIN_ALIGN];
     ca_block_t* b = s->free;
@@ -21,10 +22,23 @@ static inline void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
       return b;
     }
   }
-  return _ca_malloc_generic(h, n);
+  return NULL;
+}
+
+static inline void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
+  void* p = _ca_heap_pop(h, n);
+  return ca_likely(p != NULL) ? p : _ca_malloc_generic(h, n);
 }
 
 static inline void* _ca_malloc(size_t n) { return _ca_heap_malloc(_ca_heap, n); }
+
+/* malloc on behalf of an entry point other than malloc (calloc, realloc): the policy reads the
+   program's context above that entry point's frame */
+static inline void* _ca_malloc_from(size_t n, const void* frame, const void* ret) {
+  ca_heap_t* h = _ca_heap;
+  void* p = _ca_heap_pop(h, n);
+  return ca_likely(p != NULL) ? p : _ca_malloc_generic_at(h, n, frame, ret);
+}
 
 static inline void _ca_free(void* p) {
   uintptr_t i = _ca_segment_index(p);

@@ -133,13 +133,18 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   return s;
 }
 
+/* malloc reaches this by a tail call: its caller's frame and return address are this one's */
 void* _ca_malloc_generic(ca_heap_t* h, size_t n) {
+  return _ca_malloc_generic_at(h, n, __builtin_frame_address(0), __builtin_return_address(0));
+}
+
+void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const void* ret) {
   if (ca_unlikely(h == &_ca_heap_empty)) {
     h = _ca_thread_init();
     if (h == NULL) { errno = ENOMEM; return NULL; }
   }
   if (n >= CA_OS_PAGE && h->flavour == 0 && !_ca_no_policy) {
-    void* p = _ca_policy_place(n, false, __builtin_frame_address(0));
+    void* p = _ca_policy_place(n, false, frame, ret);
     if (p != NULL) return p;
   }
   if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, false, h->flavour);

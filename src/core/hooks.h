@@ -15,7 +15,8 @@
      through _ca_large_alloc / _ca_malloc_flavour, which never call place) or return NULL to let
      the core allocate it as usual.  Sizes below a page, and the fast path, never see it.
      `frame` is the frame address of the allocator's entry point (__builtin_frame_address(0)
-     there): the program's frames lie above it, which is where a context is read from.
+     there): the program's frames lie above it, which is where a context is read from; `ret`
+     is the entry point's return address: the program's call site.
    - chunk: a large object is freed (CA_CHUNK_FREE) or about to be resized in place or moved
      (CA_CHUNK_RESIZE): the policy stops watching it. */
 #ifndef CA_HOOKS_H
@@ -33,7 +34,7 @@ typedef struct ca_hooks_s {
 } ca_hooks_t;
 
 typedef struct ca_policy_s {
-  void* (*place)(size_t n, bool zero, const void* frame);
+  void* (*place)(size_t n, bool zero, const void* frame, const void* ret);
   void  (*chunk)(ca_chunk_event_t event, void* p, size_t size);
 } ca_policy_t;
 
@@ -48,9 +49,9 @@ void _ca_policy_install(const ca_policy_t* policy);
 #define CA_POLICY_CHUNK(...) do { const ca_policy_t* p_ = _ca_policy; if (p_ != NULL) p_->chunk(__VA_ARGS__); } while (0)
 
 /* the policy's chunk, or NULL: the core allocates */
-static inline void* _ca_policy_place(size_t n, bool zero, const void* frame) {
+static inline void* _ca_policy_place(size_t n, bool zero, const void* frame, const void* ret) {
   const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
-  return p != NULL ? p->place(n, zero, frame) : NULL;
+  return p != NULL ? p->place(n, zero, frame, ret) : NULL;
 }
 
 #endif

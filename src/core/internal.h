@@ -95,6 +95,7 @@ typedef enum ca_option_e {
   CA_OPT_VERBOSE,
   CA_OPT_NIGHTWATCH,      /* the NightWatch policy */
   CA_OPT_NIGHTWATCH_MONITOR,  /* 1 = monitor every chunk (prediction checks) */
+  CA_OPT_NIGHTWATCH_BUDGET,   /* per mille of the run time monitoring may take */
   CA_OPT_COUNT
 } ca_option_t;
 
@@ -194,6 +195,7 @@ static inline bool _ca_span_all_free(const ca_span_t* s) { return s->used == 0; 
 
 /* ---- heaps (heap.c) ----------------------------------------------------------------------- */
 void* _ca_malloc_generic(ca_heap_t* h, size_t n) ca_noinline;
+void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const void* ret) ca_noinline;
 void  _ca_heap_init(ca_heap_t* h);
 ca_heap_t* _ca_heap_acquire(void);
 void  _ca_heap_done(ca_heap_t* h);

@@ -10,13 +10,19 @@
    come from dl_iterate_phdr (which does not allocate) and are rebuilt when an address falls
    outside them (dlopen) at most once per 4096 captures.
 
-   A scan may also pick up stale return addresses left in unused stack slots by earlier calls;
-   they are as deterministic as the code path that left them, so the same call path still gives
-   the same hash, but a hash is a context fingerprint, not an exact backtrace.  The scan starts
-   at the frame of chromalloc's entry point (malloc's slow path or calloc, which keep a frame
-   pointer), so nothing left in chromalloc's own frames below it is read, and the first frame
-   is the program's call site.  For C++, libstdc++'s `operator new` is one more frame; the
-   frames above it still differ per call site, so `new` does not make one context of all. */
+   A scan also meets stale return addresses, left in unused stack slots by earlier calls.  So
+   the frames must form a chain: the first is the entry point's own return address (the
+   program's call site, known exactly), and a word is the next frame only when the call before
+   it leads to the function holding the previous frame: a direct call (`call rel32`, through a
+   PLT stub or `call *GOT` to the real function) whose target lies at most MAX_FUNC bytes before
+   the previous return address.  Indirect calls cannot be checked and are taken as they come.
+   Only when no direct call in the window leads to the previous frame is a word after an
+   indirect call taken, and only when a later direct call leads to the function holding it.
+   A stale word rarely passes (it would have to return from a call to that same function), so
+   the same call path gives the same hash run after run; a tail call ends the chain early (its
+   caller's call leads elsewhere), which makes that context shorter, not different.  For C++,
+   libstdc++'s `operator new` is one more frame; the frames above it still differ per call
+   site, so `new` does not make one context of all. */
 #define _GNU_SOURCE
 #include "context.h"
 #include "../core/internal.h"
@@ -27,6 +33,8 @@
 
 #define MAX_RANGES 256
 #define SCAN_WORDS 512
+#define MAX_FUNC   (256 * 1024)                 /* a return address this far into its function */
+#define MAX_CANDIDATES 128
 
 typedef struct { uintptr_t lo, hi; bool libc; } code_range_t;
 
@@ -93,6 +101,44 @@ static bool after_call(uintptr_t pc, uintptr_t lo) {
   return false;
 }
 
+/* The function a direct call ending at pc calls (through a PLT stub or a GOT slot to the real
+   function); 0 when the call is indirect or leads outside known code. */
+static uintptr_t call_target(uintptr_t pc, int n) {
+  const uint8_t* c = (const uint8_t*)pc;
+  uintptr_t t;
+  if (c[-5] == 0xE8) {                                              /* call rel32 */
+    int32_t rel;
+    memcpy(&rel, c - 4, 4);
+    t = pc + (uintptr_t)(intptr_t)rel;
+    if (range_of(t, n) == NULL) return 0;
+    const uint8_t* s = (const uint8_t*)t;
+    size_t k = s[0] == 0xF3 && s[1] == 0x0F && s[2] == 0x1E && s[3] == 0xFA ? 4 : 0;   /* endbr64 */
+    if (s[k] == 0xF2) k++;                                           /* bnd */
+    if (s[k] != 0xFF || s[k + 1] != 0x25) return t;                  /* not a PLT stub */
+    int32_t d;
+    memcpy(&d, s + k + 2, 4);
+    t = *(const uintptr_t*)(t + k + 6 + (uintptr_t)(intptr_t)d);     /* its GOT slot */
+  } else if (c[-6] == 0xFF && c[-5] == 0x15) {                       /* call *disp32(%rip) */
+    int32_t d;
+    memcpy(&d, c - 4, 4);
+    t = *(const uintptr_t*)(pc + (uintptr_t)(intptr_t)d);
+  } else {
+    return 0;
+  }
+  return range_of(t, n) != NULL ? t : 0;
+}
+
+static bool direct_call(uintptr_t pc) {
+  const uint8_t* c = (const uint8_t*)pc;
+  return c[-5] == 0xE8 || (c[-6] == 0xFF && c[-5] == 0x15);
+}
+
+/* Did the (direct) call before `pc` lead to the function holding `inner`? */
+static bool chains(uintptr_t pc, uintptr_t inner, int n) {
+  uintptr_t t = call_target(pc, n);
+  return t != 0 && t <= inner && inner - t < MAX_FUNC;
+}
+
 static uintptr_t find_stack_top(uintptr_t sp) {
   pthread_attr_t a;
   void* base = NULL;
@@ -115,7 +161,12 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xBF58476D1CE4E5B9ull;
 }
 
-ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from) {
+static void add_frame(ca_context_t* ctx, uintptr_t pc, uint64_t* h) {
+  ctx->frames[ctx->nframes++] = pc;
+  *h = mix(*h, pc);
+}
+
+ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const void* ret) {
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   uintptr_t sp = from != NULL && (uintptr_t)from > here ? (uintptr_t)from : here;
   ctx->nframes = 0;
@@ -126,9 +177,11 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from) {
   if (stack_top == 0) stack_top = find_stack_top(sp);
   uintptr_t end = stack_top;
   if (end > sp + SCAN_WORDS * sizeof(uintptr_t)) end = sp + SCAN_WORDS * sizeof(uintptr_t);
-  uint64_t h = 0x84222325CBF29CE4ull;
+  /* the words that return just after a call, in stack order */
+  uintptr_t cand[MAX_CANDIDATES];
+  int nc = 0;
   bool unknown = false;
-  for (const uintptr_t* w = (const uintptr_t*)sp; (uintptr_t)(w + 1) <= end && ctx->nframes < CA_CONTEXT_FRAMES; w++) {
+  for (const uintptr_t* w = (const uintptr_t*)sp; (uintptr_t)(w + 1) <= end && nc < MAX_CANDIDATES; w++) {
     uintptr_t pc = *w;
     if (pc < 4096) continue;
     const code_range_t* r = range_of(pc, n);
@@ -137,10 +190,34 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from) {
       if (pc >= 0x400000 && (pc >> 47) == 0 && (pc & 7) != 0) unknown = true;
       continue;
     }
-    if (!after_call(pc, r->lo)) continue;
-    if (ctx->nframes == 0) ctx->in_libc = r->libc;
-    ctx->frames[ctx->nframes++] = pc;
-    h = mix(h, pc);
+    if (after_call(pc, r->lo)) cand[nc++] = pc;
+  }
+  uint64_t h = 0x84222325CBF29CE4ull;
+  const code_range_t* r0 = range_of(ret != NULL ? (uintptr_t)ret : nc > 0 ? cand[0] : 0, n);
+  if (r0 != NULL) {                                  /* the program's call site */
+    ctx->in_libc = r0->libc;
+    add_frame(ctx, ret != NULL ? (uintptr_t)ret : cand[0], &h);
+  }
+  /* the chain: the next frame is the first direct call leading to the previous frame's
+     function; only when there is none, the first word after an indirect call, when a later
+     direct call leads to it */
+  for (int at = 0; ctx->nframes > 0 && ctx->nframes < CA_CONTEXT_FRAMES && at < nc;) {
+    uintptr_t prev = ctx->frames[ctx->nframes - 1];
+    int next = -1, ind = -1;
+    for (int i = at; i < nc && next < 0; i++) {
+      if (cand[i] == prev) continue;
+      if (!direct_call(cand[i])) { if (ind < 0) ind = i; continue; }
+      if (chains(cand[i], prev, n)) next = i;
+    }
+    if (next < 0 && ind >= 0) {
+      for (int i = ind + 1; i < nc && next < 0; i++) if (direct_call(cand[i]) && chains(cand[i], cand[ind], n)) next = i;
+      if (next < 0) break;
+      add_frame(ctx, cand[ind], &h);                 /* reached by an indirect call */
+      if (ctx->nframes == CA_CONTEXT_FRAMES) break;
+    }
+    if (next < 0) break;
+    add_frame(ctx, cand[next], &h);
+    at = next + 1;
   }
   ctx->hash = h | 1;
   if (unknown && atomic_fetch_add_explicit(&misses_since_build, 1, ca_relaxed) >= 4096) build_ranges();

@@ -18,8 +18,9 @@ typedef struct ca_context_s {
 
 #pragma GCC visibility push(hidden)
 /* Capture the calling thread's allocation context from the stack above `from` (the frame of
-   chromalloc's entry point; NULL: the caller's own frame), skipping chromalloc's own code. */
-void _ca_context_capture(ca_context_t* ctx, const void* from);
+   chromalloc's entry point; NULL: the caller's own frame) whose return address is `ret` (the
+   program's call site; NULL: found by the scan). */
+void _ca_context_capture(ca_context_t* ctx, const void* from, const void* ret);
 /* "symbol+0xoff (object)" of a return address, via dladdr; never allocates. */
 void _ca_context_symbol(uintptr_t pc, char* out, size_t len);
 /* Forget the list of code ranges (tests, dlopen): it is rebuilt on the next capture. */

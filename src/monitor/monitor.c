@@ -62,13 +62,14 @@
 
 #define MAX_CHUNKS     64
 #define MAX_SAMPLES    512
-#define PAIRS_PER_PAGE 4
+#define PAIRS_PER_PAGE 2
 #define MIN_EVIDENCE   8
 #define MARGIN_PCT     10
 #define CHASE_LINES    8
 #define BURST_US       20          /* a page stays open this long after a reference */
 #define EXPIRE_MS      50          /* an armed page waits this long for its next reference */
 #define RETIRE_MS      100         /* a slot is not reused while late faults may still come */
+#define TRAP_NS        3000        /* a fault's delivery and return, beyond the handler (cost) */
 
 enum { PG_ARMED_FIRST, PG_OPEN, PG_ARMED, PG_DONE };
 enum { CH_FREE, CH_ACTIVE, CH_VERDICT, CH_RETIRED };
@@ -111,20 +112,21 @@ static struct {
   uint32_t       hit_ticks, miss_ticks, threshold;
   uint64_t       first_refs, pairs, pair_hits, far, unused, expired, interference;
   uint64_t       rearms, released, no_room, verdicts, fault_ns;
+  _Atomic(uint64_t) cost_ns;          /* page protection and fault handling, all threads */
+  _Atomic(uint64_t) sampled;          /* pages sampled so far */
 } M;
 
-/* ---- sampling count: ceil(s^0.65) without libm (bisection on x^20 = s^13) ------------------ */
+/* ---- sampling count: ceil(s^0.65) without libm: the least k with k^20 >= s^13 ------------- */
 static double pow20(double x) { double x2 = x * x, x4 = x2 * x2, x5 = x4 * x, x10 = x5 * x5; return x10 * x10; }
 static double pow13(double x) { double x2 = x * x, x4 = x2 * x2, x8 = x4 * x4; return x8 * x4 * x; }
 
 uint32_t _ca_monitor_samples(size_t pages) {
   if (pages <= 1) return (uint32_t)pages;
-  double target = pow13((double)pages), lo = 1, hi = (double)pages;
-  for (int i = 0; i < 64; i++) { double mid = (lo + hi) / 2; if (pow20(mid) < target) lo = mid; else hi = mid; }
-  uint32_t k = (uint32_t)hi;
-  if ((double)k < hi) k++;
-  if (k > MAX_SAMPLES) k = MAX_SAMPLES;
-  return k > pages ? (uint32_t)pages : k;
+  double target = pow13((double)pages);
+  uint32_t lo = 1, hi = pages < MAX_SAMPLES ? (uint32_t)pages : MAX_SAMPLES;
+  if (pow20(hi) < target) return hi;                   /* capped */
+  while (lo < hi) { uint32_t mid = (lo + hi) / 2; if (pow20(mid) < target) lo = mid + 1; else hi = mid; }
+  return lo;
 }
 
 /* ---- the pair rule (pure: tests drive it) ------------------------------------------------- */
@@ -168,7 +170,7 @@ static void measure(void) {
   memset(buf, 1, bytes);
   uint8_t* page = buf;
   uint8_t* stream = buf + CA_OS_PAGE;
-  enum { R = 21 };
+  enum { R = 9 };
   uint32_t hit[R], miss[R];
   volatile uint8_t sink = 0;
   for (int r = 0; r < R; r++) {
@@ -223,7 +225,12 @@ static sample_t* sample_at(mchunk_t* c, uintptr_t a) {
 static void* page_of(const mchunk_t* c, const sample_t* s) { return (void*)(c->lo + (uintptr_t)s->index * CA_OS_PAGE); }
 
 /* the system call itself: the interposed mprotect (syscalls.c) would wait for our own lock */
-static int protect(void* page, int prot) { return (int)_ca_syscall6(SYS_mprotect, (long)page, CA_OS_PAGE, prot, 0, 0, 0); }
+static int protect(void* page, int prot) {
+  uint64_t t0 = _ca_clock_ns();
+  int r = (int)_ca_syscall6(SYS_mprotect, (long)page, CA_OS_PAGE, prot, 0, 0, 0);
+  atomic_fetch_add_explicit(&M.cost_ns, _ca_clock_ns() - t0, ca_relaxed);
+  return r;
+}
 
 static void finish_page(mchunk_t* c, sample_t* s) {
   if (s->state == PG_ARMED_FIRST || s->state == PG_ARMED) protect(page_of(c, s), PROT_READ | PROT_WRITE);
@@ -235,9 +242,21 @@ static void count(mchunk_t* c, bool hit) {
   M.pairs++;
 }
 
-/* a page referenced and then never again: nothing was reused (its burst fits any mapping) */
+/* sampled pages of the chunk referenced after `s` was */
+static uint32_t referenced_since(const mchunk_t* c, const sample_t* s) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < c->nsamples; i++) if (&c->s[i] != s && c->s[i].last_ref > s->last_ref) n++;
+  return n;
+}
+
+/* A page referenced and then never again, not even after the chunk alone had streamed more
+   than the L2 over it: a miss (nothing was reused, and its burst fits any mapping).  Touched
+   once by a chunk that stayed small, it is no evidence: its lines may well serve the next
+   chunk in the same memory. */
 static void count_unused(mchunk_t* c, sample_t* s) {
-  if (s->pairs == 0 && s->state == PG_ARMED && s->last_ref != 0) { count(c, false); c->r.unused++; M.unused++; s->pairs = 1; }
+  if (s->pairs != 0 || s->state != PG_ARMED || s->last_ref == 0) return;
+  if (_ca_monitor_judge(referenced_since(c, s), c->stride, M.l2)) return;
+  count(c, false); c->r.unused++; M.unused++; s->pairs = 1;
 }
 
 /* The paper's convergence: the latest round's miss rate is within the margin of the rate
@@ -289,9 +308,7 @@ static void sleep_monitor(int seq, uint64_t ns) {
 
 /* ---- the fault handler's client ----------------------------------------------------------- */
 static void judge(mchunk_t* c, sample_t* s) {
-  uint32_t between = 0;
-  for (uint32_t i = 0; i < c->nsamples; i++)
-    if (&c->s[i] != s && c->s[i].last_ref > s->last_ref) between++;
+  uint32_t between = referenced_since(c, s);
   bool timed = atomic_load_explicit(&M.measured, ca_acquire) && M.threshold != 0;
   uint64_t ticks = timed ? chase(page_of(c, s), s->line) : 0;
   bool hit = _ca_monitor_judge(between, c->stride, M.l2);
@@ -330,6 +347,7 @@ static bool on_fault(void* addr, int sig) {
     break;
   }
   M.fault_ns += _ca_clock_ns() - t0;
+  atomic_fetch_add_explicit(&M.cost_ns, TRAP_NS, ca_relaxed);
   _ca_unlock(&M.lock);
   if (wake) wake_monitor();
   return true;
@@ -458,6 +476,14 @@ void _ca_monitor_init(ca_verdict_fn verdict) {
 }
 
 bool _ca_monitor_active(void) { return atomic_load_explicit(&M.active, ca_relaxed) != 0; }
+uint64_t _ca_monitor_cost_ns(void) { return atomic_load_explicit(&M.cost_ns, ca_relaxed); }
+
+/* what sampling one page has cost on average (a guess before the first) */
+uint64_t _ca_monitor_page_cost_ns(void) {
+  uint64_t n = atomic_load_explicit(&M.sampled, ca_relaxed);
+  uint64_t avg = n >= 16 ? _ca_monitor_cost_ns() / n : 0;
+  return avg > 2 * TRAP_NS ? avg : 2 * TRAP_NS;
+}
 
 bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   if (!M.trap_ok) return false;
@@ -492,6 +518,7 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
     if (protect(page_of(c, &c->s[i]), PROT_NONE) != 0) { c->s[i].state = PG_DONE; c->done++; }
   }
   c->state = CH_ACTIVE;
+  atomic_fetch_add_explicit(&M.sampled, k, ca_relaxed);
   _ca_unlock(&M.lock);
   return true;
 }
@@ -563,5 +590,6 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "chunks_without_room", M.no_room);
   ca_buf_field_u64(b, "verdicts", M.verdicts);
   ca_buf_field_u64(b, "fault_handling_ns", M.fault_ns);
+  ca_buf_field_u64(b, "cost_ns", _ca_monitor_cost_ns());
   ca_buf_str(b, "}");
 }

@@ -36,6 +36,8 @@ void   _ca_monitor_stop(void* p);
    protection: make any sampled page in it accessible and stop sampling it. */
 void   _ca_monitor_release(const void* p, size_t len) __attribute__((access(none, 1)));
 bool   _ca_monitor_active(void);                    /* any chunk being sampled */
+uint64_t _ca_monitor_cost_ns(void);                 /* time spent protecting pages and in faults */
+uint64_t _ca_monitor_page_cost_ns(void);            /* of that, per sampled page (average) */
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */
 uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk of `pages` */
 /* The pair rule: `between` other sampled pages of the chunk were referenced between the pair's

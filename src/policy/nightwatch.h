@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "../monitor/monitor.h"
 
 struct ca_buf_s;
 
@@ -14,13 +15,12 @@ typedef enum ca_mapping_e { CA_MAP_OPEN = 0, CA_MAP_RESTRICTIVE = 1 } ca_mapping
 void _ca_nightwatch_init(void);                 /* installs the policy when the option is on */
 void _ca_nightwatch_stats_json(struct ca_buf_s* b);
 
-/* The predictor, exposed for tests: a context record by hash (created on first use), what it
-   predicts for its next chunk, whether that chunk is to be monitored (and the countdown
-   advanced), and a monitor verdict for a chunk that was given `predicted`. */
-int          _ca_nw_context(uint64_t hash, uintptr_t site);
+/* The predictor, exposed for tests (contexts come from sites.h): what a context predicts for
+   its next chunk, whether that chunk is to be monitored (and the countdown advanced), and a
+   monitor verdict for a chunk that was given `predicted` (returns the new prediction). */
 ca_mapping_t _ca_nw_predict(int ctx);
 bool         _ca_nw_should_monitor(int ctx);
-void         _ca_nw_verdict(int ctx, ca_mapping_t predicted, bool polluter, uint32_t hits, uint32_t misses, uint32_t pages);
+ca_mapping_t _ca_nw_verdict(int ctx, ca_mapping_t predicted, const ca_monitor_result_t* r);
 uint32_t     _ca_nw_skip(int ctx);
 void         _ca_nw_reset(void);
 #pragma GCC visibility pop

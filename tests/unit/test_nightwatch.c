@@ -1,8 +1,10 @@
-/* NightWatch's predictor and the monitor's sampling count, driven by scripted verdicts
-   (internal interfaces: built static only).  No cache or timing is involved. */
+/* NightWatch's predictor, its context tables and the monitor's pair rule, driven by scripted
+   verdicts and synthetic stacks (internal interfaces: built static only).  No cache or timing
+   is involved. */
 #include "check.h"
 #include "../../src/core/internal.h"
 #include "../../src/policy/nightwatch.h"
+#include "../../src/policy/sites.h"
 #include "../../src/monitor/monitor.h"
 
 static void test_sampling_count(void) {
@@ -14,26 +16,44 @@ static void test_sampling_count(void) {
   CHECK_EQ(_ca_monitor_samples(1 << 20), 512);  /* capped */
 }
 
+/* the pair rule: a hit while the chunk's own footprint between the references fits the L2 */
+static void test_pair_rule(void) {
+  size_t l2 = 2 << 20;
+  CHECK(_ca_monitor_judge(0, 4096, l2));                   /* reused before anything else */
+  CHECK(_ca_monitor_judge(36, 28 * 1024, l2));             /* a 1 MiB victim: all 37 samples */
+  CHECK(_ca_monitor_judge(63, 32 * 1024, l2));             /* exactly the L2 */
+  CHECK(!_ca_monitor_judge(64, 32 * 1024, l2));            /* one sample more */
+  CHECK(!_ca_monitor_judge(89, 45 * 1024, l2));            /* a 4 MiB frame streamed over */
+}
+
+static ca_monitor_result_t verdict(bool polluter, uint32_t hits, uint32_t misses) {
+  ca_monitor_result_t r = { .polluter = polluter, .pages = 5, .hits = hits, .misses = misses, .far = misses };
+  return r;
+}
+
 static void test_predictor(void) {
   _ca_nw_reset();
-  int c = _ca_nw_context(0x1234, 0);
+  uintptr_t fa[2] = { 0x1000, 0x2000 }, fb[2] = { 0x3000, 0x2000 };
+  int c = _ca_nw_context(0x1235, fa, 2, false);
   CHECK(c >= 0);
-  CHECK_EQ(_ca_nw_context(0x1234, 0), c);                  /* same hash, same context */
-  CHECK(_ca_nw_context(0x5678, 0) != c);
+  CHECK_EQ(_ca_nw_context(0x1235, fa, 2, false), c);      /* same hash, same context */
+  CHECK(_ca_nw_context(0x5679, fb, 2, false) != c);
+  CHECK_EQ(_ca_nw_context_info(c)->nframes, 2);
+  CHECK_EQ(_ca_nw_context_info(c)->frames[1], 0x2000);
   /* first chunk: open, monitored */
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
   CHECK(_ca_nw_should_monitor(c));
-  _ca_nw_verdict(c, CA_MAP_OPEN, true, 0, 10, 5);          /* polluter: predicted wrong */
+  ca_monitor_result_t pol = verdict(true, 0, 10), pol2 = verdict(true, 1, 9), vic = verdict(false, 9, 1);
+  CHECK_EQ(_ca_nw_verdict(c, CA_MAP_OPEN, &pol), CA_MAP_OPEN);   /* one polluter is not enough */
   CHECK_EQ(_ca_nw_skip(c), 0);
-  CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);                /* one polluter is not enough */
   CHECK(_ca_nw_should_monitor(c));
-  _ca_nw_verdict(c, CA_MAP_OPEN, true, 0, 10, 5);
+  CHECK_EQ(_ca_nw_verdict(c, CA_MAP_OPEN, &pol), CA_MAP_RESTRICTIVE);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_RESTRICTIVE);         /* last two were polluters */
   /* correct predictions double the skip interval */
   uint32_t expect = 1;
   for (int i = 0; i < 12; i++) {
     CHECK(_ca_nw_should_monitor(c));
-    _ca_nw_verdict(c, CA_MAP_RESTRICTIVE, true, 1, 9, 5);
+    _ca_nw_verdict(c, CA_MAP_RESTRICTIVE, &pol2);
     CHECK_EQ(_ca_nw_skip(c), expect);
     for (uint32_t k = 0; k < expect; k++) CHECK(!_ca_nw_should_monitor(c));   /* skipped */
     expect = expect * 2 > 1024 ? 1024 : expect * 2;
@@ -41,29 +61,86 @@ static void test_predictor(void) {
   CHECK_EQ(_ca_nw_skip(c), 1024);
   /* a wrong prediction resets it and one victim makes the context open again */
   CHECK(_ca_nw_should_monitor(c));
-  _ca_nw_verdict(c, CA_MAP_RESTRICTIVE, false, 9, 1, 5);
+  CHECK_EQ(_ca_nw_verdict(c, CA_MAP_RESTRICTIVE, &vic), CA_MAP_OPEN);
   CHECK_EQ(_ca_nw_skip(c), 0);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
   CHECK(_ca_nw_should_monitor(c));
   /* mixed evidence stays open: polluter, victim, polluter -> open until two in a row */
-  _ca_nw_verdict(c, CA_MAP_OPEN, true, 0, 9, 5);
+  _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
-  _ca_nw_verdict(c, CA_MAP_OPEN, false, 9, 0, 5);
+  _ca_nw_verdict(c, CA_MAP_OPEN, &vic);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
-  _ca_nw_verdict(c, CA_MAP_OPEN, true, 0, 9, 5);
+  _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
-  _ca_nw_verdict(c, CA_MAP_OPEN, true, 0, 9, 5);
+  _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_RESTRICTIVE);
   /* a victim context never becomes restrictive */
-  int v = _ca_nw_context(0x9999, 0);
-  for (int i = 0; i < 5; i++) _ca_nw_verdict(v, _ca_nw_predict(v), false, 10, 0, 5);
+  uintptr_t fv[1] = { 0x4000 };
+  int v = _ca_nw_context(0x9999, fv, 1, false);
+  for (int i = 0; i < 5; i++) _ca_nw_verdict(v, _ca_nw_predict(v), &vic);
   CHECK_EQ(_ca_nw_predict(v), CA_MAP_OPEN);
   CHECK_EQ(_ca_nw_skip(v), 16);                            /* 5 correct: 1 2 4 8 16 */
+}
+
+/* Sites: a call site whose scans always find one context becomes a leaf (no more scans but a
+   check every 256 uses); call sites inside a wrapper called from two places become wrappers,
+   whose contexts come from scans (and the size table). */
+#define NOINLINE __attribute__((noinline))
+static NOINLINE int ctx_here(size_t n) {
+  int c = _ca_nw_context_of(n, __builtin_frame_address(0), __builtin_return_address(0));
+  __asm__ volatile("" ::: "memory");
+  return c;
+}
+static NOINLINE int leaf_a(void) { int c = ctx_here(8192); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int leaf_b(void) { int c = ctx_here(8192); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int wrapper(size_t n) { int c = ctx_here(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int via_a(size_t n) { int c = wrapper(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int via_b(size_t n) { int c = wrapper(n); __asm__ volatile("" ::: "memory"); return c; }
+
+/* Every call site below is called from one place, in a loop: the same 10-frame context each
+   time (a call from elsewhere would be another context). */
+static void test_sites(void) {
+  _ca_nw_reset();
+  ca_nw_site_stats_t st;
+  int a[300], b[300];
+  for (int i = 0; i < 300; i++) { a[i] = leaf_a(); b[i] = leaf_b(); }
+  CHECK(a[0] >= 0 && b[0] >= 0 && a[0] != b[0]);          /* two call sites, two contexts */
+  int same = 0;
+  for (int i = 1; i < 300; i++) same += a[i] == a[0] && b[i] == b[0];
+  CHECK_EQ(same, 299);
+  _ca_nw_sites_stats(&st);
+  CHECK(st.leaf_sites >= 2);
+  CHECK(st.site_hits > 500);                              /* leaves are named without a scan */
+  CHECK(st.scans < 20);
+  /* the same size through one wrapper from two call sites: two contexts, told apart by scans,
+     the same every time although stale return addresses lie in this frame's arrays */
+  int wa[50], wb[50];
+  for (int i = 0; i < 50; i++) { wa[i] = via_a(12288); wb[i] = via_b(12288); }
+  CHECK(wa[0] >= 0 && wb[0] >= 0 && wa[0] != wb[0]);
+  same = 0;
+  for (int i = 1; i < 50; i++) same += wa[i] == wa[0] && wb[i] == wb[0];
+  CHECK_EQ(same, 49);
+  const ca_nw_context_t* k = _ca_nw_context_info(wa[0]);
+  CHECK(k->nframes >= 4);                                 /* wrapper, via_a, test_sites, main */
+  _ca_nw_sites_stats(&st);
+  CHECK(st.wrapper_sites >= 1);
+  /* through the wrapper from one caller only, a size names its context without scanning */
+  uint64_t before = st.scans;
+  int wc[100];
+  for (int i = 0; i < 100; i++) wc[i] = via_a(20480);
+  same = 0;
+  for (int i = 1; i < 100; i++) same += wc[i] == wc[0];
+  CHECK_EQ(same, 99);
+  _ca_nw_sites_stats(&st);
+  CHECK(st.size_hits > 80);
+  CHECK(st.scans - before < 20);
 }
 
 int main(void) {
   free(malloc(1));
   test_sampling_count();
+  test_pair_rule();
   test_predictor();
+  test_sites();
   return check_done("test_nightwatch");
 }
