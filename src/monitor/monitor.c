@@ -454,9 +454,16 @@ static void ensure_thread(void) {
 }
 
 /* fork(): no thread may hold the lock across it; the child starts its own monitor thread on
-   its next monitored chunk (thread_pid is the parent's) and keeps the parent's samples */
+   its next monitored chunk (thread_pid is the parent's) and keeps the parent's samples.  The
+   parent's monitor thread may have been protecting a batch (`rearming`, outside the lock):
+   it does not exist in the child, which must not wait for it. */
 static void fork_prepare(void) { _ca_lock(&M.lock); }
-static void fork_release(void) { _ca_unlock(&M.lock); }
+static void fork_parent(void) { _ca_unlock(&M.lock); }
+static void fork_child(void) {
+  M.rearming = false;
+  atomic_store_explicit(&M.sleeping, 0, ca_relaxed);
+  _ca_unlock(&M.lock);
+}
 
 /* ---- interface ---------------------------------------------------------------------------- */
 static ca_verdict_fn init_verdict;
@@ -464,7 +471,7 @@ static void init_once(void) {
   M.verdict = init_verdict;
   M.l2 = 1 << 20;
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) M.l2 = _ca_machine.levels[i].size;
-  pthread_atfork(fork_prepare, fork_release, fork_release);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
   M.inited = true;
   M.trap_ok = _ca_trap_register(on_fault);
 }

@@ -5,23 +5,50 @@
    (_ca_monitor_release) before the real call.  With no chunk being monitored this costs one
    atomic load per call.
 
-   Covered: read pread pread64 readv preadv write pwrite pwrite64 writev pwritev recv recvfrom
-   recvmsg send sendto sendmsg, the stdio calls that read into or write from the caller's buffer
-   directly (fread fread_unlocked fwrite fwrite_unlocked), their _FORTIFY_SOURCE forms
-   (__read_chk __pread64_chk __recv_chk __recvfrom_chk __fread_chk), and the program changing
-   its own memory: mprotect munmap madvise (a sampled page would otherwise be re-protected by
-   the monitor after the program made it read-only, or vice versa).
+   Covered:
+   - buffers: read pread pread64 readv preadv write pwrite pwrite64 writev pwritev recv recvfrom
+     recvmsg send sendto sendmsg getdents64 getrandom getcwd readlink readlinkat realpath, the
+     stdio calls that read into or write from the caller's buffer directly (fread fwrite and
+     their _unlocked forms) or give it to stdio (setvbuf setbuffer setbuf), the _FORTIFY_SOURCE
+     forms (__read_chk __pread64_chk __recv_chk __recvfrom_chk __fread_chk __getcwd_chk
+     __readlink_chk __realpath_chk), event arrays (poll ppoll epoll_wait epoll_pwait select);
+   - paths (the PATH_MAX bytes from the string's start): open open64 openat openat64 creat
+     __open_2 __open64_2 __openat_2 __openat64_2 fopen fopen64 freopen opendir stat stat64 lstat
+     lstat64 fstatat fstatat64 statx __xstat __lxstat __fxstatat (and their 64-bit forms) access
+     faccessat euidaccess unlink unlinkat rename renameat renameat2 mkdir mkdirat rmdir chdir
+     chmod fchmodat chown lchown fchownat link linkat symlink symlinkat truncate utimensat
+     utimes mknod mkfifo, and exec: execve execv execvp execvpe posix_spawn posix_spawnp (path,
+     argument and environment strings);
+   - small structures (a page from the pointer): fstat fstat64 __fxstat connect bind accept
+     accept4 getsockname getpeername getsockopt setsockopt pipe pipe2 socketpair, and ioctl and
+     syscall() (every argument that points into a monitored chunk: the rest of that chunk);
+   - the program changing its own memory: mprotect munmap madvise (a sampled page would
+     otherwise be re-protected by the monitor after the program made it read-only, or vice
+     versa).
+   Not covered: system calls glibc makes internally on the program's memory from other
+   functions (e.g. execl's variadic arguments, io_uring submissions the kernel completes later,
+   aio): the monitor never samples chunks whose call site is in glibc, and such buffers in a
+   sampled page of a program's chunk would see EFAULT.
 
    The real functions: glibc's public aliases where it has them (__read, __write, __pread64,
    __pwrite64, __send), else dlsym(RTLD_NEXT) on first use - never during allocator start-up. */
 #define _GNU_SOURCE
 #include "monitor.h"
 #include "../core/internal.h"
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -45,8 +72,21 @@ static void release_iov(const struct iovec* iov, int cnt) {
 static void release_msg(const struct msghdr* m) { if (m != NULL) release_iov(m->msg_iov, (int)m->msg_iovlen); }
 
 /* the next definition of `name`, looked up once */
-#define NEXT(type, name) ({ static _Atomic(type) f_; type f = atomic_load_explicit(&f_, ca_relaxed); \
-    if (f == NULL) { f = (type)dlsym(RTLD_NEXT, #name); atomic_store_explicit(&f_, f, ca_relaxed); } f; })
+#define NEXT(type, name) ((type)({ static _Atomic(void*) f_; void* f = atomic_load_explicit(&f_, ca_relaxed); \
+    if (f == NULL) { f = dlsym(RTLD_NEXT, #name); atomic_store_explicit(&f_, f, ca_relaxed); } f; }))
+
+#define PATH_BYTES 4096                       /* PATH_MAX: a path is released whole */
+static inline void path(const char* p) { if (p != NULL) release(p, PATH_BYTES); }
+static inline void small(const void* p) { if (p != NULL) release(p, CA_OS_PAGE); }
+static void strings(char* const* v) {
+  for (size_t i = 0; v != NULL && i < 65536; i++) { release(&v[i], sizeof v[i]); if (v[i] == NULL) break; path(v[i]); }
+}
+/* a pointer-sized argument that may point into a monitored chunk: the rest of that chunk */
+static inline void maybe(uintptr_t a) { if (_ca_monitor_covers(a)) release((const void*)a, SIZE_MAX - a); }
+
+/* WRAP(ret, name, (params), (args), releases...): release, then call the next `name` */
+#define WRAP(ret, name, params, args, ...) \
+  ca_export ret name params { if (_ca_monitor_active()) { __VA_ARGS__; } return NEXT(__typeof__(&name), name) args; }
 
 ca_export ssize_t read(int fd, void* buf, size_t n) { release(buf, n); return __read(fd, buf, n); }
 ca_export ssize_t write(int fd, const void* buf, size_t n) { release(buf, n); return __write(fd, buf, n); }
@@ -109,3 +149,140 @@ static int sys_result(long r) { if (r < 0) { errno = (int)-r; return -1; } retur
 ca_export int mprotect(void* p, size_t n, int prot) { release(p, n); return sys_result(_ca_syscall6(SYS_mprotect, (long)p, (long)n, prot, 0, 0, 0)); }
 ca_export int munmap(void* p, size_t n) { release(p, n); return sys_result(_ca_syscall6(SYS_munmap, (long)p, (long)n, 0, 0, 0, 0)); }
 ca_export int madvise(void* p, size_t n, int advice) { release(p, n); return sys_result(_ca_syscall6(SYS_madvise, (long)p, (long)n, advice, 0, 0, 0)); }
+
+/* ---- more buffers ------------------------------------------------------------------------- */
+WRAP(ssize_t, getdents64, (int fd, void* b, size_t n), (fd, b, n), release(b, n))
+WRAP(ssize_t, getrandom, (void* b, size_t n, unsigned fl), (b, n, fl), release(b, n))
+WRAP(char*, getcwd, (char* b, size_t n), (b, n), release(b, n))
+WRAP(char*, __getcwd_chk, (char* b, size_t n, size_t bl), (b, n, bl), release(b, n))
+WRAP(ssize_t, readlink, (const char* p, char* b, size_t n), (p, b, n), path(p); release(b, n))
+WRAP(ssize_t, __readlink_chk, (const char* p, char* b, size_t n, size_t bl), (p, b, n, bl), path(p); release(b, n))
+WRAP(ssize_t, readlinkat, (int d, const char* p, char* b, size_t n), (d, p, b, n), path(p); release(b, n))
+WRAP(char*, realpath, (const char* p, char* r), (p, r), path(p); path(r))
+WRAP(char*, __realpath_chk, (const char* p, char* r, size_t rl), (p, r, rl), path(p); path(r))
+WRAP(int, setvbuf, (FILE* f, char* b, int mode, size_t n), (f, b, mode, n), release(b, n))
+WRAP(void, setbuffer, (FILE* f, char* b, size_t n), (f, b, n), release(b, n))
+WRAP(void, setbuf, (FILE* f, char* b), (f, b), release(b, BUFSIZ))
+WRAP(int, poll, (struct pollfd* f, nfds_t n, int t), (f, n, t), release(f, n * sizeof *f))
+WRAP(int, ppoll, (struct pollfd* f, nfds_t n, const struct timespec* t, const sigset_t* m), (f, n, t, m), release(f, n * sizeof *f); small(t); small(m))
+WRAP(int, epoll_wait, (int fd, struct epoll_event* e, int n, int t), (fd, e, n, t), release(e, (size_t)n * sizeof *e))
+WRAP(int, epoll_pwait, (int fd, struct epoll_event* e, int n, int t, const sigset_t* m), (fd, e, n, t, m), release(e, (size_t)n * sizeof *e); small(m))
+WRAP(int, select, (int n, fd_set* r, fd_set* w, fd_set* x, struct timeval* t), (n, r, w, x, t), small(r); small(w); small(x); small(t))
+
+/* ---- paths -------------------------------------------------------------------------------- */
+/* open and friends take a mode only with O_CREAT or O_TMPFILE */
+static mode_t mode_of(int flags, va_list ap) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0; }
+#define OPEN(name, params, args) \
+  ca_export int name params { va_list ap; va_start(ap, flags); mode_t mode = mode_of(flags, ap); va_end(ap); \
+    path(p); return NEXT(int (*)(), name) args; }
+OPEN(open, (const char* p, int flags, ...), (p, flags, mode))
+OPEN(open64, (const char* p, int flags, ...), (p, flags, mode))
+OPEN(openat, (int d, const char* p, int flags, ...), (d, p, flags, mode))
+OPEN(openat64, (int d, const char* p, int flags, ...), (d, p, flags, mode))
+WRAP(int, creat, (const char* p, mode_t m), (p, m), path(p))
+WRAP(int, __open_2, (const char* p, int fl), (p, fl), path(p))
+WRAP(int, __open64_2, (const char* p, int fl), (p, fl), path(p))
+WRAP(int, __openat_2, (int d, const char* p, int fl), (d, p, fl), path(p))
+WRAP(int, __openat64_2, (int d, const char* p, int fl), (d, p, fl), path(p))
+WRAP(FILE*, fopen, (const char* p, const char* m), (p, m), path(p))
+WRAP(FILE*, fopen64, (const char* p, const char* m), (p, m), path(p))
+WRAP(FILE*, freopen, (const char* p, const char* m, FILE* f), (p, m, f), path(p))
+WRAP(DIR*, opendir, (const char* p), (p), path(p))
+WRAP(int, stat, (const char* p, struct stat* st), (p, st), path(p); small(st))
+WRAP(int, stat64, (const char* p, struct stat64* st), (p, st), path(p); small(st))
+WRAP(int, lstat, (const char* p, struct stat* st), (p, st), path(p); small(st))
+WRAP(int, lstat64, (const char* p, struct stat64* st), (p, st), path(p); small(st))
+WRAP(int, fstatat, (int d, const char* p, struct stat* st, int fl), (d, p, st, fl), path(p); small(st))
+WRAP(int, fstatat64, (int d, const char* p, struct stat64* st, int fl), (d, p, st, fl), path(p); small(st))
+WRAP(int, fstat, (int fd, struct stat* st), (fd, st), small(st))
+WRAP(int, fstat64, (int fd, struct stat64* st), (fd, st), small(st))
+WRAP(int, statx, (int d, const char* p, int fl, unsigned m, struct statx* st), (d, p, fl, m, st), path(p); small(st))
+/* the stat entry points of binaries built against glibc before 2.33 */
+int __xstat(int v, const char* p, struct stat* st);
+int __lxstat(int v, const char* p, struct stat* st);
+int __fxstat(int v, int fd, struct stat* st);
+int __fxstatat(int v, int d, const char* p, struct stat* st, int fl);
+int __xstat64(int v, const char* p, struct stat64* st);
+int __lxstat64(int v, const char* p, struct stat64* st);
+int __fxstat64(int v, int fd, struct stat64* st);
+int __fxstatat64(int v, int d, const char* p, struct stat64* st, int fl);
+WRAP(int, __xstat, (int v, const char* p, struct stat* st), (v, p, st), path(p); small(st))
+WRAP(int, __lxstat, (int v, const char* p, struct stat* st), (v, p, st), path(p); small(st))
+WRAP(int, __fxstat, (int v, int fd, struct stat* st), (v, fd, st), small(st))
+WRAP(int, __fxstatat, (int v, int d, const char* p, struct stat* st, int fl), (v, d, p, st, fl), path(p); small(st))
+WRAP(int, __xstat64, (int v, const char* p, struct stat64* st), (v, p, st), path(p); small(st))
+WRAP(int, __lxstat64, (int v, const char* p, struct stat64* st), (v, p, st), path(p); small(st))
+WRAP(int, __fxstat64, (int v, int fd, struct stat64* st), (v, fd, st), small(st))
+WRAP(int, __fxstatat64, (int v, int d, const char* p, struct stat64* st, int fl), (v, d, p, st, fl), path(p); small(st))
+WRAP(int, access, (const char* p, int m), (p, m), path(p))
+WRAP(int, faccessat, (int d, const char* p, int m, int fl), (d, p, m, fl), path(p))
+WRAP(int, euidaccess, (const char* p, int m), (p, m), path(p))
+WRAP(int, unlink, (const char* p), (p), path(p))
+WRAP(int, unlinkat, (int d, const char* p, int fl), (d, p, fl), path(p))
+WRAP(int, rename, (const char* a, const char* b), (a, b), path(a); path(b))
+WRAP(int, renameat, (int da, const char* a, int db, const char* b), (da, a, db, b), path(a); path(b))
+WRAP(int, renameat2, (int da, const char* a, int db, const char* b, unsigned fl), (da, a, db, b, fl), path(a); path(b))
+WRAP(int, mkdir, (const char* p, mode_t m), (p, m), path(p))
+WRAP(int, mkdirat, (int d, const char* p, mode_t m), (d, p, m), path(p))
+WRAP(int, rmdir, (const char* p), (p), path(p))
+WRAP(int, chdir, (const char* p), (p), path(p))
+WRAP(int, chmod, (const char* p, mode_t m), (p, m), path(p))
+WRAP(int, fchmodat, (int d, const char* p, mode_t m, int fl), (d, p, m, fl), path(p))
+WRAP(int, chown, (const char* p, uid_t u, gid_t g), (p, u, g), path(p))
+WRAP(int, lchown, (const char* p, uid_t u, gid_t g), (p, u, g), path(p))
+WRAP(int, fchownat, (int d, const char* p, uid_t u, gid_t g, int fl), (d, p, u, g, fl), path(p))
+WRAP(int, link, (const char* a, const char* b), (a, b), path(a); path(b))
+WRAP(int, linkat, (int da, const char* a, int db, const char* b, int fl), (da, a, db, b, fl), path(a); path(b))
+WRAP(int, symlink, (const char* a, const char* b), (a, b), path(a); path(b))
+WRAP(int, symlinkat, (const char* a, int d, const char* b), (a, d, b), path(a); path(b))
+WRAP(int, truncate, (const char* p, off_t n), (p, n), path(p))
+WRAP(int, utimensat, (int d, const char* p, const struct timespec t[2], int fl), (d, p, t, fl), path(p); small(t))
+WRAP(int, utimes, (const char* p, const struct timeval t[2]), (p, t), path(p); small(t))
+WRAP(int, mknod, (const char* p, mode_t m, dev_t dev), (p, m, dev), path(p))
+WRAP(int, mkfifo, (const char* p, mode_t m), (p, m), path(p))
+
+/* ---- processes ---------------------------------------------------------------------------- */
+WRAP(int, execve, (const char* p, char* const* a, char* const* e), (p, a, e), path(p); strings(a); strings(e))
+WRAP(int, execv, (const char* p, char* const* a), (p, a), path(p); strings(a))
+WRAP(int, execvp, (const char* p, char* const* a), (p, a), path(p); strings(a))
+WRAP(int, execvpe, (const char* p, char* const* a, char* const* e), (p, a, e), path(p); strings(a); strings(e))
+WRAP(int, posix_spawn, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
+     char* const* a, char* const* e), (pid, p, fa, at, a, e), small(pid); path(p); small(fa); small(at); strings(a); strings(e))
+WRAP(int, posix_spawnp, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
+     char* const* a, char* const* e), (pid, p, fa, at, a, e), small(pid); path(p); small(fa); small(at); strings(a); strings(e))
+
+/* ---- small structures --------------------------------------------------------------------- */
+WRAP(int, connect, (int fd, const struct sockaddr* a, socklen_t n), (fd, a, n), release(a, n))
+WRAP(int, bind, (int fd, const struct sockaddr* a, socklen_t n), (fd, a, n), release(a, n))
+WRAP(int, accept, (int fd, struct sockaddr* a, socklen_t* n), (fd, a, n), small(a); small(n))
+WRAP(int, accept4, (int fd, struct sockaddr* a, socklen_t* n, int fl), (fd, a, n, fl), small(a); small(n))
+WRAP(int, getsockname, (int fd, struct sockaddr* a, socklen_t* n), (fd, a, n), small(a); small(n))
+WRAP(int, getpeername, (int fd, struct sockaddr* a, socklen_t* n), (fd, a, n), small(a); small(n))
+WRAP(int, getsockopt, (int fd, int l, int o, void* v, socklen_t* n), (fd, l, o, v, n), small(v); small(n))
+WRAP(int, setsockopt, (int fd, int l, int o, const void* v, socklen_t n), (fd, l, o, v, n), release(v, n))
+WRAP(int, pipe, (int fds[2]), (fds), small(fds))
+WRAP(int, pipe2, (int fds[2], int fl), (fds, fl), small(fds))
+WRAP(int, socketpair, (int d, int t, int p, int sv[2]), (d, t, p, sv), small(sv))
+
+/* ioctl and syscall() say nothing of their arguments: every one that points into a monitored
+   chunk releases the rest of that chunk */
+ca_export int ioctl(int fd, unsigned long req, ...) {
+  va_list ap;
+  va_start(ap, req);
+  uintptr_t arg = va_arg(ap, uintptr_t);
+  va_end(ap);
+  maybe(arg);
+  return NEXT(int (*)(int, unsigned long, ...), ioctl)(fd, req, arg);
+}
+
+ca_export long syscall(long nr, ...) {
+  va_list ap;
+  va_start(ap, nr);
+  long a[6];
+  for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
+  va_end(ap);
+  for (int i = 0; i < 6; i++) maybe((uintptr_t)a[i]);
+  long r = _ca_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (r < 0 && r > -4096) { errno = (int)-r; return -1; }
+  return r;
+}

@@ -3,13 +3,21 @@
    references, and still
    - the program's loads, stores and libc memcpy work (faults resolved by chromalloc),
    - system calls given sampled buffers work (no EFAULT): read write readv writev send recv
-     fread fwrite pread pwrite,
+     fread fwrite pread pwrite, and paths, structures and argument strings in sampled pages:
+     open stat lstat access fopen opendir realpath readlink getcwd mkdir rename unlink
+     syscall() posix_spawn,
+   - a child forked while pages are being re-armed can free its monitored chunks,
    - the program's own mprotect on a sampled page works,
    - a genuine fault reaches the program's own SIGSEGV handler, or kills it by default,
    - allocation contexts through a shared wrapper are told apart by call site.
    Without chromalloc (the plain binary) the same checks run and must pass trivially. */
 #include "check.h"
+#include <dirent.h>
+#include <fcntl.h>
 #include <setjmp.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -91,6 +99,88 @@ static void test_syscalls(void) {
   free(src); free(dst);
 }
 
+/* a path written into every page of a monitored buffer whose sampled pages are armed again */
+static char* armed_path(const char* name) {
+  char* p = malloc(BYTES);
+  if (p == NULL) return NULL;
+  for (size_t off = 0; off + 256 <= BYTES; off += 4096) snprintf(p + off, 256, "%s", name);
+  settle();
+  return p;
+}
+
+static void test_paths(void) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/chromalloc-monitor-%d", (int)getpid());
+  char* d = armed_path(dir);
+  char* f = armed_path(dir);
+  CHECK(d != NULL && f != NULL);
+  if (d == NULL || f == NULL) return;
+  strcat(f + 8192, "/file");
+  settle();
+  CHECK(mkdir(d + 4096, 0700) == 0);
+  int fd = open(f + 8192, O_CREAT | O_WRONLY, 0600);
+  CHECK(fd >= 0);
+  if (fd >= 0) { CHECK_EQ(write(fd, "x", 1), 1); close(fd); }
+  settle();
+  struct stat st;
+  CHECK(stat(f + 8192, &st) == 0 && st.st_size == 1);
+  CHECK(lstat(f + 8192, &st) == 0);
+  CHECK(access(f + 8192, R_OK) == 0);
+  FILE* fp = fopen(f + 8192, "r");
+  CHECK(fp != NULL);
+  if (fp) fclose(fp);
+  DIR* dp = opendir(d + 4096);
+  CHECK(dp != NULL);
+  if (dp) closedir(dp);
+  settle();
+  char* out = armed_path("");
+  CHECK(realpath(f + 8192, out + 4096) != NULL && strcmp(out + 4096, f + 8192) == 0);
+  char link[80];
+  snprintf(link, sizeof link, "%s/link", dir);
+  CHECK(symlink(f + 8192, link) == 0);
+  settle();
+  CHECK_EQ(readlink(link, out + 12288, 200), (ssize_t)strlen(f + 8192));
+  CHECK(getcwd(out + 20000, 4096) != NULL);
+  settle();
+  CHECK_EQ(syscall(SYS_access, f + 8192, R_OK), 0);      /* raw syscall(): argument released */
+  /* posix_spawn with its argument strings in sampled pages */
+  snprintf(out + 4096, 64, "/bin/sh");
+  snprintf(out + 8192, 64, "-c");
+  snprintf(out + 12288, 64, "test -f %s", f + 8192);
+  char** argv = malloc(BYTES);
+  argv[0] = out + 4096; argv[1] = out + 8192; argv[2] = out + 12288; argv[3] = NULL;
+  settle();
+  pid_t pid;
+  extern char** environ;
+  CHECK(posix_spawn(&pid, out + 4096, NULL, NULL, argv, environ) == 0);
+  int status = -1;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(unlink(link) == 0);
+  CHECK(rename(f + 8192, link) == 0);
+  CHECK(unlink(link) == 0);
+  CHECK(rmdir(d + 4096) == 0);
+  free(argv); free(out); free(d); free(f);
+}
+
+/* fork() while the monitor thread is busy re-arming pages: the child frees monitored chunks */
+static void fork_frees(void* arg) {
+  unsigned char** v = arg;
+  for (int i = 0; i < 8; i++) { v[i][100] ^= 1; free(v[i]); }
+  exit(0);
+}
+
+static void test_fork_while_rearming(void) {
+  unsigned char* v[8];
+  for (int round = 0; round < 20; round++) {
+    for (int i = 0; i < 8; i++) { v[i] = malloc(BYTES); fill(v[i], BYTES, (unsigned)i); }
+    char err[64];
+    int st = run_child(fork_frees, v, err, sizeof err);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (int i = 0; i < 8; i++) free(v[i]);
+  }
+}
+
 static void test_own_mprotect(void) {
   unsigned char* p = armed_buffer(3);
   unsigned char* page = (unsigned char*)(((uintptr_t)p + 4095) & ~(uintptr_t)4095);
@@ -167,6 +257,8 @@ int main(int argc, char** argv) {
   }
   test_memory_access();
   test_syscalls();
+  test_paths();
+  test_fork_while_rearming();
   test_own_mprotect();
   test_chaining();
   test_default_action();
