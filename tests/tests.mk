@@ -39,6 +39,14 @@ test: test-unit
 test-programs: lib
 	CHROMALLOC_CHECK_STATS=1 BUILD_DIR=$(abspath $(TEST_BIN)) tests/programs/run.sh $(ABS_SO)
 
+# The same programs with NightWatch monitoring every chunk (sampled pages PROT_NONE between
+# references): still the reference output, no EFAULT, no hang.
+.PHONY: test-programs-monitored
+test-programs-monitored: lib
+	CHROMALLOC_OPTIONS=nightwatch=1,nightwatch_monitor=1 BUILD_DIR=$(abspath $(TEST_BIN)) tests/programs/run.sh $(ABS_SO)
+
+test: test-programs-monitored
+
 # make install into a temporary prefix; build user programs with pkg-config and CMake.
 test-install: lib
 	tests/install/run.sh
