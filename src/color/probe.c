@@ -170,9 +170,9 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes) {
   }
   tp->hit_ticks = median_u32(hit, 41);
   /* beyond the L2 lies more than one level (an L3 shared with other guests, memory): the
-     fastest tenth of the evicted chases is the nearest of them, the one to tell from the L2 */
+     fastest quarter of the evicted chases is the nearest of them, the one to tell from the L2 */
   median_u32(miss, 41);
-  tp->miss_ticks = miss[41 / 10];
+  tp->miss_ticks = miss[41 / 4];
   tp->threshold = tp->hit_ticks + (tp->miss_ticks - tp->hit_ticks) * 2 / 5;
   tp->ratio_pct = tp->hit_ticks ? (uint32_t)((uint64_t)tp->threshold * 100 / tp->hit_ticks) : 160;
   tp->set_ratio_pct = 0;
