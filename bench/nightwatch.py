@@ -3,7 +3,7 @@
 
   python3 bench/nightwatch.py [--reps 5] [--quick] [--chromalloc PATH] [--out DIR]
                               [--only frames,requests,neutral,victims]
-                              [--skip corun,foundation,mimalloc] [--corun-seconds 2] [--settle 0]
+                              [--skip corun,foundation,mimalloc] [--corun-seconds 2] [--settle 20]
 
 Programs: pv (bench/nightwatch/pv.c, built here with cc -std=c11 -O2) and the foundation
 suite of bench/run.py (bench/src/*.c, with run.py's own build function), all built into
@@ -150,7 +150,7 @@ def snapshot_library(src):
 def build_pv(cc):
     BUILD.mkdir(parents=True, exist_ok=True)
     cmd = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-o", str(BUILD / "pv"),
-           str(ROOT / "bench" / "nightwatch" / "pv.c"), "-lm"]
+           str(ROOT / "bench" / "nightwatch" / "pv.c"), "-lm", "-ldl"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.stdout.strip() or r.stderr.strip():
         say((r.stdout + r.stderr).strip())
@@ -436,9 +436,13 @@ def workloads_experiment(br, cfgs, reps, quick, settle_ms):
              "victims": ["--frames=4000"], "frames-alone": ["--frames=150"],
              "requests-alone": ["--frames=120"]} if quick else \
         {"frames-alone": ["--frames=3000"], "requests-alone": ["--frames=3000"]}   # cheap: more samples
-    if settle_ms:
-        for w in WORKLOADS:
-            extra[w] = extra.get(w, []) + [f"--settle-ms={settle_ms}"]
+    def args(w, cfg):
+        """the settle phase is for NightWatch's colour worker: pv waits until chromalloc's
+        restrictive pool is stocked (at most settle_ms); the other configurations need none"""
+        a = list(extra.get(w, []))
+        if settle_ms and "nightwatch=1" in cfg.env.get("CHROMALLOC_OPTIONS", "") and w in WORKLOADS:
+            a.append(f"--settle-ms={settle_ms}")
+        return a
     plan = [(w, [c for c in cfgs]) for w in WORKLOADS]
     plan += [(w, [c for c in cfgs if c.name != "chromalloc-monitor"]) for w in ALONE]
     n = sum(len(cs) for _, cs in plan) * reps
@@ -448,7 +452,7 @@ def workloads_experiment(br, cfgs, reps, quick, settle_ms):
         for w, cs in plan:
             k = (rep - 1) % len(cs)
             for cfg in cs[k:] + cs[:k]:
-                r = run_pv(br, cfg, "workload", w, rep, extra.get(w, []))
+                r = run_pv(br, cfg, "workload", w, rep, args(w, cfg))
                 runs.append(r)
                 pc = pred_counts(r.nw)
                 say(f"rep {rep}/{reps}  {w:<15} {cfg.name:<19} victim {fmt(r.victim_ns, '7.2f')} ns  "
@@ -847,9 +851,10 @@ def main():
     ap.add_argument("--only", help="comma-separated workloads (default: " + ",".join(WORKLOADS) + ")")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: corun, foundation, mimalloc")
     ap.add_argument("--corun-seconds", type=float, help="victim duration in the co-running runs (default 2)")
-    ap.add_argument("--settle", type=float, default=0.0,
-                    help="seconds each workload run sleeps after its first 20 frames (pv --settle-ms), "
-                         "so that chromalloc's colour worker can stock restrictive pages (default 0)")
+    ap.add_argument("--settle", type=float, default=20.0,
+                    help="at most this many seconds each NightWatch run waits after its first 20 frames "
+                         "(pv --settle-ms) until chromalloc's colour worker has stocked restrictive pages "
+                         "(default 20; 0: no wait)")
     ap.add_argument("--out", help="results directory (default bench/results)")
     args = ap.parse_args()
     global RESULTS

@@ -14,7 +14,7 @@
                through the victim (each node once, in a random cyclic order) is timed.
      requests  a hash index (buckets + one malloc'd 64-byte node per key, --victim-kib of
                nodes, default 128) as the victim; per request (--frames, 1500) a body (768 or
-               1024 KiB alternately) and a response (512 KiB) are allocated through one wrapper,
+               1024 KiB alternately) and a response (768 KiB) are allocated through one wrapper,
                req_alloc(), from two call sites and streamed once, and a 32 KiB session scratch
                from a third call site of the same wrapper is reused heavily (8 passes); then one
                lap of chained lookups in the index (each key once) is timed.
@@ -28,14 +28,20 @@
                (default 4); its "victim_ns" is ns per streamed line.
      victim    co-running: frames' victim alone (--victim-kib, default 1024 here: beyond the L2,
                inside what the shared L3 holds for us) for --seconds.
-   The sizes suit this machine's L2 as measured (512 KiB, 8 ways, shared with the host's other
-   hardware thread: a chase of 128-192 KiB alone runs at L2 speed, 256 KiB often does not; the
-   index of requests takes more room than its nodes: glibc puts a 64-byte node in 80 bytes).
+   Sizes scale with the L2 of the machine (sysfs): the defaults above are for an L2 of 512 KiB,
+   and every size is multiplied by L2 / 512 KiB (counts stay), so that the
+   victim fits the L2 and the polluter does not wherever this runs (2 MiB L2: frames' victim
+   768 KiB, buffer 6 MiB).  On the first machine (512 KiB, 8 ways, shared with the host's other
+   hardware thread) a chase of 128-192 KiB alone ran at L2 speed, 256 KiB often did not; the
+   index of requests takes more room than its nodes (glibc puts a 64-byte node in 80 bytes).
    --no-polluter (frames, requests): skip the polluter buffers: the victim alone, the best case.
    --seed=N changes the data (and the checksum).
    --settle-ms=N (frames, requests, neutral, victims): sleep N ms after the first 20 frames,
    which are then left out of the statistics, as is the sleep from total_s: the steady state of
-   an allocator whose background work (chromalloc's colour worker) needs an idle moment.
+   an allocator whose background work (chromalloc's colour worker) needs an idle moment.  Under
+   chromalloc with NightWatch on (found with dlsym: chromalloc_option("nightwatch") == 1), the
+   idle moment ends as soon as the restrictive colour set (1/8 of the L2) has a polluter
+   chunk's worth of pages in stock (chromalloc_colours_prepare), at most N ms.
 
    Output, one line: RESULT <workload> victim_ns=<median over frames of ns per lookup>
      victim_ns_p10=.. victim_ns_p90=.. total_s=<the workload loop> victim_s=<timed phases>
@@ -46,6 +52,7 @@
    later inherit the pin, and chromalloc's colour worker, which stocks the pages of restrictive
    chunks at nice 19, then shares one CPU with the busy benchmark and makes no progress). */
 #include "../src/bench.h"
+#include <dlfcn.h>
 #include <sched.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -93,7 +100,31 @@ static void parse_options(int argc, char** argv) {
   }
 }
 
-static long def(long v, long d) { return v < 0 ? d : v; }
+/* L2 / 512 KiB, from sysfs (1 when it cannot be read) */
+static size_t scale(void) {
+  static size_t k;
+  if (k) return k;
+  k = 1;
+  for (int i = 0; i < 8; i++) {
+    char path[96], buf[32];
+    long level = 0, kib = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE* f = fopen(path, "r");
+    if (!f) break;
+    if (fgets(buf, sizeof buf, f)) level = strtol(buf, NULL, 10);
+    fclose(f);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (level != 2 || !(f = fopen(path, "r"))) continue;
+    if (fgets(buf, sizeof buf, f)) kib = strtol(buf, NULL, 10);
+    fclose(f);
+    if (kib >= 512) k = (size_t)kib / 512;
+  }
+  return k;
+}
+
+/* the option, else the default for a 512 KiB L2 scaled to this machine's */
+static long def(long v, long d) { return v < 0 ? d * (long)scale() : v; }
+static long def_count(long v, long d) { return v < 0 ? d : v; }
 
 /* ---- timing ------------------------------------------------------------------------------- */
 
@@ -124,11 +155,24 @@ static void sample(samples_t* s, uint64_t ns, uint64_t lookups) {
    before it are not part of the statistics. */
 #define SETTLE_AT 20
 
-static void settle(long frame, uint64_t* t0) {
+/* chromalloc with NightWatch on: wait until its restrictive set holds `bytes`, at most ms */
+static int settle_chromalloc(size_t bytes, long ms) {
+  long (*option)(const char*) = (long (*)(const char*))dlsym(RTLD_DEFAULT, "chromalloc_option");
+  int (*colours)(unsigned, unsigned, unsigned, unsigned) = (int (*)(unsigned, unsigned, unsigned, unsigned))dlsym(RTLD_DEFAULT, "chromalloc_colours");
+  int (*prepare)(int, size_t, int) = (int (*)(int, size_t, int))dlsym(RTLD_DEFAULT, "chromalloc_colours_prepare");
+  if (!option || !colours || !prepare || option("nightwatch") != 1) return 0;
+  int id = colours(0, 0, 1, 8);
+  if (id > 0) prepare(id, bytes + 4096, (int)ms);
+  return 1;
+}
+
+static void settle(long frame, uint64_t* t0, size_t polluter_bytes) {
   if (opt_settle_ms > 0 && frame == SETTLE_AT) {
     uint64_t a = now_ns();
-    struct timespec t = { opt_settle_ms / 1000, (opt_settle_ms % 1000) * 1000000L };
-    while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+    if (!polluter_bytes || !settle_chromalloc(polluter_bytes, opt_settle_ms)) {
+      struct timespec t = { opt_settle_ms / 1000, (opt_settle_ms % 1000) * 1000000L };
+      while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+    }
     *t0 += now_ns() - a;
   }
 }
@@ -221,7 +265,7 @@ static uint64_t chase(const node_t* v, uint32_t* pos, size_t lookups) {
 
 static void run_frames(void) {
   size_t vkib = (size_t)def(opt_victim_kib, 192), bkib = (size_t)def(opt_buf_kib, 1536);
-  long frames = def(opt_frames, 1000);
+  long frames = def_count(opt_frames, 1000);
   rng_t r = rng_seed((uint64_t)opt_seed);
   size_t n = vkib * 1024 / sizeof(node_t);
   node_t* v = make_victim(n, &r);
@@ -230,7 +274,7 @@ static void run_frames(void) {
   samples_t s = samples((size_t)frames);
   uint64_t t0 = now_ns();
   for (long f = 0; f < frames; f++) {
-    settle(f, &t0);
+    settle(f, &t0, opt_no_polluter ? 0 : bkib * 1024);
     if (!opt_no_polluter) check += stream_frame(bkib * 1024, (uint64_t)f);
     uint64_t a = now_ns();
     check += chase(v, &pos, n);
@@ -303,7 +347,7 @@ static uint64_t lookup_chain(inode_t** buckets, uint64_t mask, uint64_t* key, si
 
 static void run_requests(void) {
   size_t vkib = (size_t)def(opt_victim_kib, 128);
-  long reqs = def(opt_frames, 1500);
+  long reqs = def_count(opt_frames, 1500);
   rng_t r = rng_seed((uint64_t)opt_seed);
   size_t n = vkib * 1024 / sizeof(inode_t), nb = 1;
   while (nb * 2 <= n) nb *= 2;                      /* one to two nodes per bucket */
@@ -332,11 +376,11 @@ static void run_requests(void) {
   samples_t s = samples((size_t)reqs);
   uint64_t t0 = now_ns();
   for (long q = 0; q < reqs; q++) {
-    settle(q, &t0);
+    settle(q, &t0, opt_no_polluter ? 0 : 1024 * 1024 * scale());
     if (!opt_no_polluter) {
-      check += read_body((q & 1 ? 1024 : 768) * 1024, (uint64_t)q);
+      check += read_body((q & 1 ? 1024 : 768) * 1024 * scale(), (uint64_t)q);
       check += session_scratch(32 * 1024, (uint64_t)q);
-      check += render_response(512 * 1024, check);
+      check += render_response(768 * 1024 * scale(), check);
     }
     uint64_t a = now_ns();
     check += lookup_chain(buckets, nb - 1, &key, n);
@@ -355,14 +399,15 @@ NOINLINE static uint64_t* work_buffer(size_t b) { SITE(S_WORK); uint64_t* p = ma
 NOINLINE static uint64_t* scratch_chunk(size_t b) { SITE(S_SCRATCH); uint64_t* p = malloc(b); return check_alloc(p, b); }
 
 static void run_neutral(void) {
-  long iters = def(opt_frames, 2400);
-  enum { NBUF = 4, BUF = 32 * 1024, PASSES = 8, NSCR = 32, SCR = 8 * 1024 };
+  long iters = def_count(opt_frames, 2400);
+  enum { NBUF = 4, PASSES = 8, NSCR = 32 };
+  const size_t BUF = 32 * 1024 * scale(), SCR = 8 * 1024 * scale();
   size_t words = BUF / 8;
   uint64_t check = 0;
   samples_t s = samples((size_t)iters);
   uint64_t t0 = now_ns();
   for (long it = 0; it < iters; it++) {
-    settle(it, &t0);
+    settle(it, &t0, 0);
     uint64_t* b[NBUF];
     for (int k = 0; k < NBUF; k++) { b[k] = work_buffer(BUF); fill(b[k], words, mix64((uint64_t)(it * NBUF + k))); }
     uint64_t a = now_ns();
@@ -403,7 +448,7 @@ static void run_victims(void) {
   if (T < 2) T = 2;
   if (T > TMAX) T = TMAX;
   size_t n = per * T;
-  long rounds = def(opt_frames, 20000);
+  long rounds = def_count(opt_frames, 20000);
   rng_t r = rng_seed((uint64_t)opt_seed);
   entry_t* tab[TMAX];
   for (size_t t = 0; t < T; t++) tab[t] = table_site[t % 4](per * sizeof(entry_t));
@@ -425,7 +470,7 @@ static void run_victims(void) {
   samples_t s = samples((size_t)rounds);
   uint64_t t0 = now_ns();
   for (long q = 0; q < rounds; q++) {
-    settle(q, &t0);
+    settle(q, &t0, 0);
     uint64_t a = now_ns();
     uint64_t acc = 0;
     for (size_t k = 0; k < n; k++) {

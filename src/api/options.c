@@ -39,17 +39,16 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "seed of the span colour generator (0: random per process)" },
   [CA_OPT_VERBOSE]       = { "verbose", 0, 0, 2, NULL,
                              "print the options in force at start-up (1) and statistics at exit (2)" },
-  [CA_OPT_NIGHTWATCH]    = { "nightwatch", 0, 0, 1, bool_words,
-                             "NightWatch (experimental, off by default): learn which allocation contexts "
-                             "pollute the cache and give their chunks (>= 1 page) pages of 1/8 of the L2 "
-                             "colours; its page traps can make uninterposed system calls fail with EFAULT "
-                             "(see docs/nightwatch.md)" },
+  [CA_OPT_NIGHTWATCH]    = { "nightwatch", 1, 0, 1, bool_words,
+                             "NightWatch: learn which allocation contexts pollute the cache (chunks >= 1 "
+                             "page) and give their new chunks pages of 1/8 of the L2 colours (the colour "
+                             "layer); 0 turns it off (see docs/nightwatch.md)" },
   [CA_OPT_NIGHTWATCH_MONITOR] = { "nightwatch_monitor", 0, 0, 1, bool_words,
                              "NightWatch monitors every chunk instead of adaptive sampling (to check "
                              "predictions; slow)" },
-  [CA_OPT_NIGHTWATCH_BUDGET] = { "nightwatch_budget", 10, 0, 1000, NULL,
+  [CA_OPT_NIGHTWATCH_BUDGET] = { "nightwatch_budget", 5, 0, 1000, NULL,
                              "NightWatch's monitoring (page protection, faults, chunks placed apart) may "
-                             "take at most this per mille of the run time (10 = 1%)" },
+                             "take at most this per mille of the run time (5 = 0.5%)" },
 };
 
 long _ca_options[CA_OPT_COUNT];

@@ -41,12 +41,21 @@
    ("polluter": miss rate above one half) goes to the policy from the monitor thread.  A chunk
    freed before it converged gives its verdict at the free when it has enough evidence.
 
+   With a PMU (pmu.c: AMD IBS op, Intel PEBS load latency; detected at start) no page is
+   protected: each thread that allocates a monitored chunk samples its own loads into a ring,
+   the monitor thread drains the rings, and a sampled load inside a monitored chunk is a hit
+   when the hardware says the L1, a fill buffer or the L2 served it, a miss when a level beyond
+   the L2 did.  That is the paper's own kind of evidence (counters), with the same caveat as a
+   timed reload: a miss caused by other data counts.  The rounds and the verdict are the same.
+   This machine (a KVM guest) has no PMU: the path is tested with fed samples only.
+
    Correctness: the fault handler (trap.c) resolves faults on sampled pages and chains every
    other fault.  A fault racing with the page being opened finds the page already open and is
    retried.  System calls given a sampled buffer, and mprotect/munmap by the program, go through
    _ca_monitor_release first (syscalls.c). */
 #define _GNU_SOURCE
 #include "monitor.h"
+#include "pmu.h"
 #include "trap.h"
 #include "../core/internal.h"
 #include "../core/buf.h"
@@ -61,7 +70,7 @@
 #include <unistd.h>
 
 #define MAX_CHUNKS     64
-#define MAX_SAMPLES    512
+#define MAX_SAMPLES    64          /* pages sampled per chunk at most: 2 pairs each, enough to converge */
 #define PAIRS_PER_PAGE 2
 #define MIN_EVIDENCE   8
 #define MARGIN_PCT     10
@@ -70,6 +79,9 @@
 #define EXPIRE_MS      50          /* an armed page waits this long for its next reference */
 #define RETIRE_MS      100         /* a slot is not reused while late faults may still come */
 #define TRAP_NS        3000        /* a fault's delivery and return, beyond the handler (cost) */
+#define PMU_RINGS      64          /* threads sampling with the PMU */
+#define PMU_PERIOD     4001        /* sampled loads: one in this many */
+#define PMU_DRAIN_US   1000        /* the monitor thread drains the rings this often */
 
 enum { PG_ARMED_FIRST, PG_OPEN, PG_ARMED, PG_DONE };
 enum { CH_FREE, CH_ACTIVE, CH_VERDICT, CH_RETIRED };
@@ -93,7 +105,7 @@ typedef struct mchunk_s {
   uint32_t  nsamples, done;
   uint32_t  round_hits, round_misses;
   ca_monitor_result_t r;
-  bool      has_verdict;
+  bool      has_verdict, traps;  /* traps: pages protected (else judged by PMU samples) */
   uint64_t  retired_ms;
   sample_t  s[MAX_SAMPLES];
 } mchunk_t;
@@ -114,6 +126,13 @@ static struct {
   uint64_t       rearms, released, no_room, verdicts, fault_ns;
   _Atomic(uint64_t) cost_ns;          /* page protection and fault handling, all threads */
   _Atomic(uint64_t) sampled;          /* pages sampled so far */
+  /* the PMU method */
+  bool           use_pmu, fed;        /* judge by PMU samples; fed: samples come from tests */
+  ca_pmu_info_t  pmu;
+  ca_pmu_ring_t  rings[PMU_RINGS];
+  _Atomic(int)   nrings;
+  ca_pmu_stats_t pmu_stats;
+  uint64_t       pmu_hits, pmu_misses, pmu_unknown;
 } M;
 
 /* ---- sampling count: ceil(s^0.65) without libm: the least k with k^20 >= s^13 ------------- */
@@ -265,7 +284,7 @@ static bool converged(mchunk_t* c) {
   uint32_t round = c->round_hits + c->round_misses;
   uint32_t total = c->r.hits + c->r.misses;
   uint32_t round_len = c->nsamples / 4 > 4 ? c->nsamples / 4 : 4;
-  if (c->done == c->nsamples) return total > 0;
+  if (c->traps && c->done == c->nsamples) return total > 0;
   if (round < round_len) return false;
   uint32_t before = total - round;
   bool stable = false;
@@ -420,11 +439,59 @@ static bool rearm(void) {
   return open_left || wake;
 }
 
+/* ---- the PMU method ----------------------------------------------------------------------- */
+/* Samples of monitored chunks: a hit when served by the L1, a fill buffer or the L2. */
+void _ca_monitor_feed(const ca_pmu_sample_t* s, size_t n) {
+  _ca_lock(&M.lock);
+  for (size_t i = 0; i < n; i++) {
+    if (s[i].level == CA_PMU_UNKNOWN) { M.pmu_unknown++; continue; }
+    for (int k = 0; k < MAX_CHUNKS; k++) {
+      mchunk_t* c = &M.chunks[k];
+      if (c->state != CH_ACTIVE || c->traps || s[i].addr < c->lo || s[i].addr >= c->hi) continue;
+      bool hit = !_ca_pmu_is_miss(s[i].level);
+      count(c, hit);
+      if (hit) M.pmu_hits++; else { M.pmu_misses++; c->r.far++; }
+      if (converged(c)) decide(c, MIN_EVIDENCE / 2, false);
+      break;
+    }
+  }
+  _ca_unlock(&M.lock);
+}
+
+static void drain_rings(void) {
+  ca_pmu_sample_t buf[256];
+  int n = atomic_load_explicit(&M.nrings, ca_acquire);
+  for (int i = 0; i < n; i++) {
+    size_t got;
+    while ((got = _ca_pmu_drain(&M.rings[i], buf, 256, &M.pmu_stats)) > 0) _ca_monitor_feed(buf, got);
+  }
+}
+
+/* The calling thread samples its loads (once per thread, while there are rings left). */
+static __thread bool has_ring __attribute__((tls_model("initial-exec")));
+static void open_ring(void) {
+  if (has_ring || M.fed) return;
+  has_ring = true;
+  int i = atomic_fetch_add_explicit(&M.nrings, 1, ca_acq_rel);
+  if (i >= PMU_RINGS) { atomic_fetch_sub_explicit(&M.nrings, 1, ca_relaxed); return; }
+  if (_ca_pmu_thread_open(&M.pmu, &M.rings[i], PMU_PERIOD) != 0) M.rings[i].fd = -1;
+}
+
+void _ca_monitor_use_samples(void) { M.use_pmu = M.fed = true; }
+
 static void* thread_main(void* arg) {
   (void)arg;
   calibrate();
   for (;;) {
     int seq = atomic_load_explicit(&M.wake_seq, ca_acquire);
+    if (M.use_pmu && !M.fed) {
+      drain_rings();
+      deliver();
+      struct timespec ts = { 0, PMU_DRAIN_US * 1000 };
+      if (atomic_load_explicit(&M.active, ca_relaxed) != 0) nanosleep(&ts, NULL);
+      else sleep_monitor(seq, 0);
+      continue;
+    }
     bool busy = rearm();
     deliver();
     if (busy) {
@@ -460,6 +527,11 @@ static void ensure_thread(void) {
 static void fork_prepare(void) { _ca_lock(&M.lock); }
 static void fork_parent(void) { _ca_unlock(&M.lock); }
 static void fork_child(void) {
+  /* the rings are the parent's events: closed, not drained */
+  int n = atomic_load_explicit(&M.nrings, ca_relaxed);
+  for (int i = 0; i < n && i < PMU_RINGS; i++) _ca_pmu_thread_close(&M.rings[i]);
+  atomic_store_explicit(&M.nrings, 0, ca_relaxed);
+  has_ring = false;
   M.rearming = false;
   atomic_store_explicit(&M.sleeping, 0, ca_relaxed);
   _ca_unlock(&M.lock);
@@ -473,7 +545,8 @@ static void init_once(void) {
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) M.l2 = _ca_machine.levels[i].size;
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   M.inited = true;
-  M.trap_ok = _ca_trap_register(on_fault);
+  if (!M.use_pmu) M.use_pmu = _ca_pmu_detect(&M.pmu);
+  M.trap_ok = M.use_pmu || _ca_trap_register(on_fault);
 }
 
 void _ca_monitor_init(ca_verdict_fn verdict) {
@@ -515,7 +588,15 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   c->round_hits = c->round_misses = 0;
   memset(&c->r, 0, sizeof c->r);
   c->has_verdict = false;
+  c->traps = !M.use_pmu;
   atomic_fetch_add_explicit(&M.active, 1, ca_relaxed);
+  if (!c->traps) {                           /* judged by samples: nothing to protect */
+    c->nsamples = 0;
+    c->state = CH_ACTIVE;
+    _ca_unlock(&M.lock);
+    open_ring();
+    return true;
+  }
   /* one page at a random place in each of k equal strides: sorted, distinct */
   uint64_t rng = (uint64_t)p ^ _ca_process.seed ^ now;
   for (uint32_t i = 0; i < k; i++) {
@@ -572,13 +653,17 @@ bool _ca_monitor_covers(uintptr_t a) {
   if (atomic_load_explicit(&M.active, ca_relaxed) == 0) return false;
   for (int i = 0; i < MAX_CHUNKS; i++) {
     const mchunk_t* c = &M.chunks[i];
-    if (c->state == CH_ACTIVE && a >= c->lo && a < c->hi) return true;
+    if (c->state == CH_ACTIVE && c->traps && a >= c->lo && a < c->hi) return true;
   }
   return false;
 }
 
 void _ca_monitor_stats_json(ca_buf_t* b) {
-  ca_buf_str(b, "{\"trap\":");               ca_buf_str(b, M.trap_ok ? "true" : "false");
+  ca_buf_str(b, "{\"method\":\"");
+  ca_buf_str(b, !M.inited ? "unused" : M.use_pmu ? (M.fed ? "samples fed by a test" : M.pmu.name) : "page traps");
+  ca_buf_str(b, "\",\"pmu\":\"");
+  ca_buf_str(b, M.use_pmu ? M.pmu.name : M.inited ? M.pmu.reason : "not probed");
+  ca_buf_str(b, "\",\"trap\":");           ca_buf_str(b, M.trap_ok ? "true" : "false");
   ca_buf_field_u64(b, "l2_bytes", M.l2);
   ca_buf_field_u64(b, "burst_us", BURST_US);
   ca_buf_field_u64(b, "expire_ms", EXPIRE_MS);
@@ -597,6 +682,11 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "chunks_without_room", M.no_room);
   ca_buf_field_u64(b, "verdicts", M.verdicts);
   ca_buf_field_u64(b, "fault_handling_ns", M.fault_ns);
+  ca_buf_field_u64(b, "pmu_rings", (uint64_t)atomic_load_explicit(&M.nrings, ca_relaxed));
+  ca_buf_field_u64(b, "pmu_samples_hit", M.pmu_hits);
+  ca_buf_field_u64(b, "pmu_samples_miss", M.pmu_misses);
+  ca_buf_field_u64(b, "pmu_samples_unknown", M.pmu_unknown);
+  ca_buf_field_u64(b, "pmu_samples_lost", M.pmu_stats.lost);
   ca_buf_field_u64(b, "cost_ns", _ca_monitor_cost_ns());
   ca_buf_str(b, "}");
 }

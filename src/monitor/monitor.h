@@ -44,6 +44,12 @@ uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk
    two references, each standing for `stride` bytes: a hit when that footprint fits the L2. */
 bool   _ca_monitor_judge(uint32_t between, size_t stride, size_t l2);
 void   _ca_monitor_stats_json(struct ca_buf_s* b);
+/* The PMU method: sampled loads with the level that served them (pmu.h), attributed to the
+   chunks being monitored.  Tests call _ca_monitor_use_samples() before the monitor starts to
+   judge chunks by the samples they feed (no traps, no rings). */
+struct ca_pmu_sample_s;
+void   _ca_monitor_feed(const struct ca_pmu_sample_s* s, size_t n);
+void   _ca_monitor_use_samples(void);
 #pragma GCC visibility pop
 
 #endif

@@ -10,10 +10,15 @@
    Then a real ring: the kernel's software page-fault event (available without a hardware PMU)
    samples the test's own first touches of fresh pages, with the PEBS sample layout, so the
    mmap/drain/tail path runs against records the kernel wrote.  Detection must say "no" on a
-   machine without a PMU; where there is one, a sampled loop over 64 MiB must see its addresses. */
+   machine without a PMU; where there is one, a sampled loop over 64 MiB must see its addresses.
+
+   Last, the monitor's PMU method: chunks judged by samples fed to it (as the monitor thread
+   feeds what it drains from the rings), attributed by address, judged by level, converged in
+   rounds and handed to the verdict callback. */
 #include "check.h"
 #include "../../src/core/internal.h"
 #include "../../src/monitor/pmu.h"
+#include "../../src/monitor/monitor.h"
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -629,8 +634,52 @@ static void test_detect(void) {
   munmap(buf, len);
 }
 
+/* ---- the monitor judging chunks by samples ------------------------------------------------ */
+static _Atomic(int) verdicts;
+static ca_monitor_result_t last[2];
+static void on_verdict(void* chunk, size_t size, uint64_t cookie, const ca_monitor_result_t* r) {
+  (void)chunk; (void)size;
+  if (cookie < 2) last[cookie] = *r;
+  atomic_fetch_add(&verdicts, 1);
+}
+
+static ca_pmu_sample_t at(const uint8_t* p, ca_pmu_level_t level) {
+  ca_pmu_sample_t s = { .addr = (uint64_t)(uintptr_t)p, .level = level };
+  return s;
+}
+
+static void test_monitor_samples(void) {
+  _ca_monitor_use_samples();
+  _ca_monitor_init(on_verdict);
+  size_t n = 64 * 4096;
+  uint8_t* victim = _ca_large_alloc(n, 4096, true, 0);
+  uint8_t* polluter = _ca_large_alloc(n, 4096, true, 0);
+  CHECK(_ca_monitor_start(victim, n, 0));
+  CHECK(_ca_monitor_start(polluter, n, 1));
+  ca_pmu_sample_t s[64];
+  int k = 0;
+  for (int i = 0; i < 24; i++) s[k++] = at(victim + i * 4096 + 64, i % 6 ? CA_PMU_L2 : CA_PMU_L3);
+  for (int i = 0; i < 24; i++) s[k++] = at(polluter + i * 4096, i % 6 ? CA_PMU_DRAM : CA_PMU_L1);
+  s[k++] = at(victim, CA_PMU_UNKNOWN);                    /* no level: no evidence */
+  s[k++] = at((uint8_t*)&k, CA_PMU_DRAM);                 /* not in a monitored chunk */
+  _ca_monitor_feed(s, (size_t)k);
+  for (int w = 0; w < 2000 && atomic_load(&verdicts) < 2; w++) usleep(1000);   /* delivered by the monitor thread */
+  CHECK_EQ(atomic_load(&verdicts), 2);
+  CHECK(!last[0].polluter);
+  CHECK(last[1].polluter);
+  CHECK(last[0].hits + last[0].misses >= 8 && last[0].hits + last[0].misses <= 24);
+  CHECK(last[0].hits >= 3 * last[0].misses);            /* 5 of 6 samples hit */
+  CHECK(last[1].misses >= 3 * last[1].hits);
+  _ca_monitor_stop(victim);
+  _ca_monitor_stop(polluter);
+  CHECK_EQ(atomic_load(&verdicts), 2);                    /* judged once */
+  _ca_large_free(_ca_segment_of(victim));
+  _ca_large_free(_ca_segment_of(polluter));
+}
+
 int main(void) {
   free(malloc(1));
+  test_monitor_samples();
   test_pebs();
   test_ibs();
   test_wrap_and_records();
