@@ -3,7 +3,8 @@
 
   python3 bench/colour.py [--reps 5] [--victims 256,384,512] [--out DIR]
 
-  pollute    a victim chasing its working set while a polluter streams 1 MiB: victim ns/access
+  pollute    a victim chasing its working set while a polluter streams twice the L2 (at least
+             1 MiB; 4 MiB with a 2 MiB L2, so that it evicts everything it can): victim ns/access
              alone, with the polluter in ordinary memory, confined to 1/8 of the L2 colours by
              chromalloc, and confined by naive address-bit colours; the victim in ordinary
              memory and in the other 7/8 of the colours.  Target: confinement recovers >= 80%
@@ -53,11 +54,24 @@ def run(argv, timeout=300):
     return r.stdout
 
 
+def l2_kib():
+    """the L2's size from sysfs (512 KiB when it cannot be read)"""
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (d / "level").read_text().strip() == "2":
+                return int((d / "size").read_text().strip().rstrip("K"))
+        except (OSError, ValueError):
+            pass
+    return 512
+
+
 def pollute(victims, reps):
     rows = []
+    polluter = max(1024, 2 * l2_kib())
+    say(f"  polluter streams {polluter} KiB (twice the L2)")
     for rep in range(reps):
         for v in victims:
-            out = run([BUILD / "pollute", str(v)])
+            out = run([BUILD / "pollute", str(v), str(polluter)])
             colours = next((int(l.split()[1]) for l in out.splitlines() if l.startswith("COLOURS")), None)
             for line in out.splitlines():
                 if line.startswith("POLLUTE"):

@@ -75,6 +75,11 @@ static void build_ranges(void) {
 
 void _ca_context_refresh(void) { build_ranges(); }
 
+/* fork(): no thread may hold the lock across it */
+static void fork_prepare(void) { _ca_lock(&ranges_lock); }
+static void fork_release(void) { _ca_unlock(&ranges_lock); }
+void _ca_context_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
+
 /* the range holding pc, or NULL */
 static const code_range_t* range_of(uintptr_t pc, int n) {
   int lo = 0, hi = n - 1;

@@ -23,6 +23,7 @@ typedef struct ca_context_s {
 void _ca_context_capture(ca_context_t* ctx, const void* from, const void* ret);
 /* "symbol+0xoff (object)" of a return address, via dladdr; never allocates. */
 void _ca_context_symbol(uintptr_t pc, char* out, size_t len);
+void _ca_context_init(void);                  /* once, before the first capture: fork safety */
 /* Forget the list of code ranges (tests, dlopen): it is rebuilt on the next capture. */
 void _ca_context_refresh(void);
 #pragma GCC visibility pop

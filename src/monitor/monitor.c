@@ -9,8 +9,12 @@
                              accesses run free)
 
    A fault is a reference; the page then stays open for a burst window (accesses in a burst
-   hit in any mapping and say nothing, paper 5.1), after which the monitor thread protects it
-   again.  The next fault closes a pair.  The paper judges a pair by the PMU's miss count
+   hit in any mapping and say nothing, paper 5.1), after which it is protected again: by the
+   next fault of the program's own thread on any sampled page (while a chunk is being walked
+   faults come every few microseconds), else by the monitor thread.  The program's thread does
+   it on its own CPU; from the monitor thread every mprotect must flush the program's CPU's TLB
+   by an interrupt, which in this VM waits for the host to run that vCPU (64 of them took 4-10
+   ms, long enough for a whole read pass to go by unseen).  The next fault closes a pair.  The paper judges a pair by the PMU's miss count
    between its two references: more misses than the open cache has lines means the reuse
    misses even with open mapping.  Without a PMU the chunk's own sampled pages are the counter:
    every sampled page referenced between the two references of a pair stands for `stride`
@@ -76,6 +80,8 @@
 #define MARGIN_PCT     10
 #define CHASE_LINES    8
 #define BURST_US       20          /* a page stays open this long after a reference */
+#define LAZY_US        200         /* ... and the monitor thread leaves it to faults this long */
+#define REARM_PER_FAULT 16         /* pages a fault re-protects at most */
 #define EXPIRE_MS      50          /* an armed page waits this long for its next reference */
 #define RETIRE_MS      100         /* a slot is not reused while late faults may still come */
 #define TRAP_NS        3000        /* a fault's delivery and return, beyond the handler (cost) */
@@ -218,18 +224,6 @@ static void calibrate(void) {
 }
 
 /* ---- lookup ------------------------------------------------------------------------------- */
-/* A live chunk first: a retired one may cover the same pages (the memory was reused). */
-static mchunk_t* chunk_at(uintptr_t a) {
-  mchunk_t* retired = NULL;
-  for (int i = 0; i < MAX_CHUNKS; i++) {
-    mchunk_t* c = &M.chunks[i];
-    if (c->state == CH_FREE || a < c->lo || a >= c->hi) continue;
-    if (c->state != CH_RETIRED) return c;
-    if (_ca_clock_ms() - c->retired_ms <= RETIRE_MS) retired = c;
-  }
-  return retired;
-}
-
 static sample_t* sample_at(mchunk_t* c, uintptr_t a) {
   uint32_t idx = (uint32_t)((a - c->lo) / CA_OS_PAGE);
   int lo = 0, hi = (int)c->nsamples - 1;
@@ -242,6 +236,26 @@ static sample_t* sample_at(mchunk_t* c, uintptr_t a) {
 }
 
 static void* page_of(const mchunk_t* c, const sample_t* s) { return (void*)(c->lo + (uintptr_t)s->index * CA_OS_PAGE); }
+
+/* The sample of page a: a live chunk's first, else the most recently retired chunk's that
+   sampled it (the same memory is often monitored again and again: a fault that raced with a
+   chunk's end must find that chunk, not an older one at the same address).  A chunk retired
+   more than RETIRE_MS ago no longer counts: the page may be the program's own by now.  NULL:
+   not ours. */
+static sample_t* sample_of(uintptr_t a, mchunk_t** out) {
+  sample_t* best = NULL;
+  uint64_t now = _ca_clock_ms();
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* c = &M.chunks[i];
+    if (c->state == CH_FREE || a < c->lo || a >= c->hi) continue;
+    if (c->state == CH_RETIRED && now - c->retired_ms > RETIRE_MS) continue;
+    sample_t* s = sample_at(c, a);
+    if (s == NULL) continue;
+    if (c->state != CH_RETIRED) { *out = c; return s; }
+    if (best == NULL || c->retired_ms > (*out)->retired_ms) { best = s; *out = c; }
+  }
+  return best;
+}
 
 /* the system call itself: the interposed mprotect (syscalls.c) would wait for our own lock */
 static int protect(void* page, int prot) {
@@ -336,13 +350,32 @@ static void judge(mchunk_t* c, sample_t* s) {
   if (hit && timed && ticks > M.threshold) { c->r.interference++; M.interference++; }
 }
 
+/* Re-protect pages whose burst is older than `older_ns`, at most `max` of them (lock held). */
+static int rearm_locked(uint64_t now, uint64_t older_ns, int max) {
+  int n = 0;
+  for (int i = 0; i < MAX_CHUNKS && n < max; i++) {
+    mchunk_t* c = &M.chunks[i];
+    if (c->state != CH_ACTIVE || !c->traps) continue;
+    for (uint32_t j = 0; j < c->nsamples && n < max; j++) {
+      sample_t* s = &c->s[j];
+      if (s->state != PG_OPEN || now - s->t < older_ns) continue;
+      s->state = PG_ARMED;
+      s->t = now;
+      protect(page_of(c, s), PROT_NONE);
+      n++;
+    }
+  }
+  M.rearms += (uint64_t)n;
+  return n;
+}
+
 static bool on_fault(void* addr, int sig) {
   if (sig != SIGSEGV || !M.inited) return false;
   uint64_t t0 = _ca_clock_ns();
   uintptr_t a = (uintptr_t)addr;
   _ca_lock(&M.lock);
-  mchunk_t* c = chunk_at(a);
-  sample_t* s = c != NULL ? sample_at(c, a) : NULL;
+  mchunk_t* c = NULL;
+  sample_t* s = sample_of(a, &c);
   if (s == NULL) { _ca_unlock(&M.lock); return false; }
   bool wake = false;
   unsigned line = (unsigned)((a >> 6) & 63);
@@ -365,6 +398,7 @@ static bool on_fault(void* addr, int sig) {
     if (s->late < 255) s->late++;
     break;
   }
+  rearm_locked(t0, (uint64_t)BURST_US * 1000, REARM_PER_FAULT);
   M.fault_ns += _ca_clock_ns() - t0;
   atomic_fetch_add_explicit(&M.cost_ns, TRAP_NS, ca_relaxed);
   _ca_unlock(&M.lock);
@@ -390,7 +424,8 @@ static void deliver(void) {
   }
 }
 
-/* Pages whose burst window has passed are marked ARMED under the lock and protected after it
+/* Pages whose burst window has passed LAZY_US ago (no fault re-protected them) are marked ARMED
+   under the lock and protected after it
    (system calls under the lock would hold up every fault).  While such a batch is in flight
    (`rearming`), chunks are not stopped and pages not released (lock_settled): a late PROT_NONE
    must not land on a chunk already freed, whose memory may be reused or moved by mremap with
@@ -415,7 +450,7 @@ static bool rearm(void) {
         continue;
       }
       if (s->state != PG_OPEN) continue;
-      if (now - s->t < (uint64_t)BURST_US * 1000 || n == BATCH) { open_left = true; continue; }
+      if (now - s->t < (uint64_t)LAZY_US * 1000 || n == BATCH) { open_left = true; continue; }
       s->state = PG_ARMED;
       s->t = now;
       pages[n++] = page_of(c, s);
@@ -430,8 +465,8 @@ static bool rearm(void) {
   /* a page a fault handler opened between the unlock and its protection must not stay closed */
   _ca_lock(&M.lock);
   for (int i = 0; i < n; i++) {
-    mchunk_t* c = chunk_at((uintptr_t)pages[i]);
-    sample_t* s = c != NULL ? sample_at(c, (uintptr_t)pages[i]) : NULL;
+    mchunk_t* c = NULL;
+    sample_t* s = sample_of((uintptr_t)pages[i], &c);
     if (s == NULL || s->state != PG_ARMED || c->state != CH_ACTIVE) protect(pages[i], PROT_READ | PROT_WRITE);
   }
   M.rearming = false;
@@ -495,7 +530,7 @@ static void* thread_main(void* arg) {
     bool busy = rearm();
     deliver();
     if (busy) {
-      struct timespec ts = { 0, BURST_US * 1000 };
+      struct timespec ts = { 0, LAZY_US * 1000 };
       nanosleep(&ts, NULL);
     } else {
       /* armed pages expire after EXPIRE_MS: look again before */

@@ -305,7 +305,12 @@ void _ca_nightwatch_init(void) {
   NW.monitor_all = _ca_opt(CA_OPT_NIGHTWATCH_MONITOR) != 0;
   NW.budget_pm = (uint64_t)_ca_opt(CA_OPT_NIGHTWATCH_BUDGET);
   NW.start_ns = _ca_clock_ns();
-  if (NW.on) { _ca_policy_install(&policy); pthread_atfork(fork_prepare, fork_release, fork_release); }
+  if (NW.on) {
+    _ca_nw_sites_init();
+    _ca_context_init();
+    _ca_policy_install(&policy);
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+  }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : "colours=0");
 }
 

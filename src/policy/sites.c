@@ -20,6 +20,7 @@
 #include "sites.h"
 #include "../core/internal.h"
 #include "../monitor/context.h"
+#include <pthread.h>
 
 #define CTX_SLOTS   (2 * CA_NW_CONTEXTS)     /* hash -> context id, open addressing */
 #define SITES       4096
@@ -151,6 +152,11 @@ int _ca_nw_context_of(size_t n, const void* frame, const void* ret) {
   if (ctx >= 0) site_learn(s, v, ctx);
   return ctx;
 }
+
+/* fork(): no thread may hold the lock across it */
+static void fork_prepare(void) { _ca_lock(&S.lock); }
+static void fork_release(void) { _ca_unlock(&S.lock); }
+void _ca_nw_sites_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
 
 void _ca_nw_sites_reset(void) {
   _ca_lock(&S.lock);
