@@ -438,9 +438,10 @@ def workloads_experiment(br, cfgs, reps, quick, settle_ms):
         {"frames-alone": ["--frames=3000"], "requests-alone": ["--frames=3000"]}   # cheap: more samples
     def args(w, cfg):
         """the settle phase is for NightWatch's colour worker: pv waits until chromalloc's
-        restrictive pool is stocked (at most settle_ms); the other configurations need none"""
+        restrictive pool is stocked (at most settle_ms); the other configurations, and the
+        workloads without a polluter, need none"""
         a = list(extra.get(w, []))
-        if settle_ms and "nightwatch=1" in cfg.env.get("CHROMALLOC_OPTIONS", "") and w in WORKLOADS:
+        if settle_ms and "nightwatch=1" in cfg.env.get("CHROMALLOC_OPTIONS", "") and w in POLLUTED:
             a.append(f"--settle-ms={settle_ms}")
         return a
     plan = [(w, [c for c in cfgs]) for w in WORKLOADS]

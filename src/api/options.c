@@ -28,7 +28,8 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "the colour layer: memory of chosen L2 page colours (chromalloc_colours); "
                              "0: coloured requests get ordinary memory" },
   [CA_OPT_COLOUR_POOL]   = { "colour_pool", 4, 1, 1024, NULL,
-                             "MiB of classified pages kept in stock per colour set" },
+                             "MiB of classified pages kept in stock per colour set (grows to the biggest "
+                             "coloured request seen, up to 64 MiB)" },
   [CA_OPT_PURGE_DELAY]   = { "purge_delay", 10, -1, 3600000, NULL,
                              "ms before free memory is returned to the OS (0 at once, -1 never)" },
   [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 32, 0, 65536, NULL,

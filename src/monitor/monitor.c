@@ -73,7 +73,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CHUNKS     64
+#define MAX_CHUNKS     128         /* chunks monitored or recently retired */
 #define MAX_SAMPLES    64          /* pages sampled per chunk at most: 2 pairs each, enough to converge */
 #define PAIRS_PER_PAGE 2
 #define MIN_EVIDENCE   8
@@ -83,7 +83,7 @@
 #define LAZY_US        200         /* ... and the monitor thread leaves it to faults this long */
 #define REARM_PER_FAULT 16         /* pages a fault re-protects at most */
 #define EXPIRE_MS      50          /* an armed page waits this long for its next reference */
-#define RETIRE_MS      100         /* a slot is not reused while late faults may still come */
+#define RETIRE_MS      50          /* a slot is not reused while late faults may still come */
 #define TRAP_NS        3000        /* a fault's delivery and return, beyond the handler (cost) */
 #define PMU_RINGS      64          /* threads sampling with the PMU */
 #define PMU_PERIOD     4001        /* sampled loads: one in this many */

@@ -37,6 +37,7 @@
 #define MAX_WATCHED    64
 #define SWITCH_AGE_MS  20
 #define MAX_REPORTED   200
+#define TOUCH_NS       500                   /* first touch of a fresh page (a fault) */
 
 typedef struct nw_ctx_s {                     /* NightWatch's view of one context (sites.c) */
   _Atomic(uint64_t) chunks, bytes, restrictive;
@@ -212,7 +213,10 @@ static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8
   } else {
     atomic_fetch_add_explicit(&NW.monitored, 1, ca_relaxed);
   }
-  atomic_fetch_add_explicit(&NW.alloc_cost_ns, _ca_clock_ns() - t0, ca_relaxed);
+  /* a chunk that would have been a block of a warm span gets fresh pages as a large object:
+     their first touches are the monitoring's cost too */
+  uint64_t touch = n <= _ca_medium_limit ? (uint64_t)(n / CA_OS_PAGE) * TOUCH_NS : 0;
+  atomic_fetch_add_explicit(&NW.alloc_cost_ns, _ca_clock_ns() - t0 + touch, ca_relaxed);
   return p;
 }
 
