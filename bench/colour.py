@@ -26,14 +26,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from run import say          # bench/run.py, this directory
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
 LIB = ROOT / "build" / "libchromalloc.so"
 CONFIGS = ["alone", "ordinary", "coloured", "naive"]
-
-
-def say(msg=""):
-    print(msg, flush=True)
 
 
 def build(cc):

@@ -35,21 +35,20 @@ import argparse
 import bisect
 import csv
 import hashlib
-import importlib.util
 import json
-import math
 import os
 import re
 import shlex
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import run as bench_run      # bench/run.py (this directory is on sys.path when run as a script)
+from run import say, loud, median, geomean
 
 sys.dont_write_bytecode = True
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,25 +74,6 @@ PV_TIMEOUT = 180
 OWN_ENV = ("CHROMALLOC_OPTIONS", "CHROMALLOC_STATS")   # set per configuration, never inherited
 
 
-def say(msg=""):
-    print(msg, flush=True)
-
-
-def loud(msg):
-    bar = "!" * 78
-    print(f"{bar}\n!! {msg}\n{bar}", flush=True)
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def geomean(xs):
-    xs = [x for x in xs if x]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 def ratio(a, b):
     return a / b if a is not None and b else None
 
@@ -104,11 +84,7 @@ def fmt(x, spec=".3f", none="n/a"):
 
 def load_runpy():
     """bench/run.py as a module: its build, launcher, preload check and suite runner."""
-    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_run"] = mod            # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_run
 
 
 # ---------------------------------------------------------------------------------------
@@ -220,31 +196,17 @@ def start(br, cfg, argv, report, stats_path, cpu=None):
 class FailedStart:
     """Stands in for a process that could not be started."""
     def __init__(self, why):
-        self.why, self.returncode, self.pid = why, None, None
-
-    def communicate(self, timeout=None):
-        return "", f"could not start: {self.why}"
+        self.why = why
 
 
 def finish(run, p, cmd, report, stats_path, timeout, name):
     if isinstance(p, FailedStart):
-        run.error = f"could not start: {p.why}"
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        run.error = f"timed out after {timeout} s"
-    rep = Path(report).read_text().split() if Path(report).exists() else []
-    if not run.error:
-        if p.returncode != 0 or len(rep) != 5:
-            run.error = f"launcher failed ({p.returncode})"
-        else:
-            run.wall_s, run.maxrss_kib, status = float(rep[0]), int(rep[1]), int(rep[2])
-            if status < 0:
-                run.error = f"killed by signal {-status} ({signal.strsignal(-status)})"
-            elif status != 0:
-                run.error = f"exit status {status}"
+        out, err, run.error = "", "", f"could not start: {p.why}"
+    else:
+        out, err, rep, error = bench_run.wait_launched(p, timeout, report)
+        run.error = run.error or error
+        if rep is not None:
+            run.wall_s, run.maxrss_kib = rep[0], rep[1]
     for line in out.splitlines():
         f = line.split()
         if len(f) >= 2 and f[0] == "RESULT" and f[1] == name:
@@ -435,7 +397,10 @@ def workloads_experiment(br, cfgs, reps, quick, settle_ms):
     extra = {"frames": ["--frames=150"], "requests": ["--frames=120"], "neutral": ["--frames=400"],
              "victims": ["--frames=4000"], "frames-alone": ["--frames=150"],
              "requests-alone": ["--frames=120"]} if quick else \
-        {"frames-alone": ["--frames=3000"], "requests-alone": ["--frames=3000"]}   # cheap: more samples
+        {"frames-alone": ["--frames=3000"], "requests-alone": ["--frames=3000"],   # cheap: more samples
+         # long enough for the policy to learn within its budget: monitoring one chunk costs
+         # 5-40 ms here, and monitoring may take 0.5% of the run: two verdicts need seconds
+         "frames": ["--frames=6000"], "requests": ["--frames=6000"]}
     def args(w, cfg):
         """the settle phase is for NightWatch's colour worker: pv waits until chromalloc's
         restrictive pool is stocked (at most settle_ms); the other configurations, and the

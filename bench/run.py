@@ -83,10 +83,14 @@ def loud(msg):
 
 
 def median(xs):
+    """median of the values that are not None (None when there are none)"""
+    xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
 
 
 def geomean(xs):
+    """geometric mean of the values that are set (None and 0 are left out)"""
+    xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
@@ -286,6 +290,31 @@ class Run:
         return not self.error
 
 
+def wait_launched(p, timeout, report_path):
+    """Waits for a process started through build/bench/launch (killing its group after `timeout`
+    seconds) and reads the launcher's report.  Returns (stdout, stderr, report, error): report is
+    [wall seconds, peak RSS KiB, exit status, user seconds, sys seconds] or None when the launcher
+    failed; error is None or why the run failed (timeout, launcher, signal, exit status)."""
+    error = None
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        error = f"timed out after {timeout} s"
+    path = Path(report_path)
+    fields = path.read_text().split() if path.exists() else []
+    if p.returncode != 0 or len(fields) != 5:
+        return out, err, None, error or f"launcher failed ({p.returncode})"
+    report = [float(fields[0]), int(fields[1]), int(fields[2]), float(fields[3]), float(fields[4])]
+    status = report[2]
+    if status < 0:
+        error = error or f"killed by signal {-status} ({signal.strsignal(-status)})"
+    elif status != 0:
+        error = error or f"exit status {status}"
+    return out, err, report, error
+
+
 def execute(alloc, bench, rep, argv, timeout, size=None):
     """Runs one benchmark process and checks its output; failures are reported loudly."""
     run = Run(bench, alloc.name, rep, size)
@@ -293,23 +322,10 @@ def execute(alloc, bench, rep, argv, timeout, size=None):
         cmd = launch_cmd(alloc, rep_file.name, [str(BUILD / bench)] + argv)
         p = subprocess.Popen(cmd, env=child_env(alloc), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, err = p.communicate()
-            run.error = f"timed out after {timeout} s"
-        report = Path(rep_file.name).read_text().split()
-    if not run.error:
-        if p.returncode != 0 or len(report) != 5:
-            run.error = f"launcher failed ({p.returncode})"
-        else:
-            run.seconds, run.maxrss_kib, status = float(report[0]), int(report[1]), int(report[2])
-            run.user_seconds, run.sys_seconds = float(report[3]), float(report[4])
-            if status < 0:
-                run.error = f"killed by signal {-status} ({signal.strsignal(-status)})"
-            elif status != 0:
-                run.error = f"exit status {status}"
+        out, err, report, run.error = wait_launched(p, timeout, rep_file.name)
+    if report is not None:
+        run.seconds, run.maxrss_kib = report[0], report[1]
+        run.user_seconds, run.sys_seconds = report[3], report[4]
     for line in out.splitlines():
         f = line.split()
         if len(f) == 3 and f[0] == "RESULT" and f[1] == bench:

@@ -60,22 +60,20 @@ static const char* self_path;
 
 /* Run this binary again with `mode` as argument and CHROMALLOC_OPTIONS/CHROMALLOC_STATS set;
    capture its stderr and stdout. */
+typedef struct self_args_s { const char* mode; const char* options; const char* stats; } self_args_t;
+
+static void exec_self_child(void* arg) {
+  const self_args_t* a = arg;
+  dup2(2, 1);                                  /* stdout into the same pipe as stderr */
+  if (a->options) setenv("CHROMALLOC_OPTIONS", a->options, 1); else unsetenv("CHROMALLOC_OPTIONS");
+  if (a->stats) setenv("CHROMALLOC_STATS", a->stats, 1); else unsetenv("CHROMALLOC_STATS");
+  execl(self_path, self_path, a->mode, (char*)NULL);
+  _exit(127);
+}
+
 static int exec_self(const char* mode, const char* options, const char* stats, char* out, size_t outlen) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    if (options) setenv("CHROMALLOC_OPTIONS", options, 1); else unsetenv("CHROMALLOC_OPTIONS");
-    if (stats) setenv("CHROMALLOC_STATS", stats, 1); else unsetenv("CHROMALLOC_STATS");
-    execl(self_path, self_path, mode, (char*)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
-  return collect_child(fds[0], pid, out, outlen);
+  self_args_t a = { mode, options, stats };
+  return run_child(exec_self_child, &a, out, outlen);
 }
 
 static int child_mode(const char* mode) {
