@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run import say          # bench/run.py, this directory
+from run import say, median  # bench/run.py, this directory
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -64,12 +64,18 @@ def l2_kib():
 
 
 def pollute(victims, reps):
-    rows = []
+    """Returns the rows, the summary per victim and the runs that failed (they are left out)."""
+    rows, failures = [], []
     polluter = max(1024, 2 * l2_kib())
     say(f"  polluter streams {polluter} KiB (twice the L2)")
     for rep in range(reps):
         for v in victims:
-            out = run([BUILD / "pollute", str(v), str(polluter)])
+            try:
+                out = run([BUILD / "pollute", str(v), str(polluter)])
+            except (RuntimeError, subprocess.TimeoutExpired) as e:      # reported, not fatal
+                say(f"  !! pollute rep {rep + 1}/{reps} victim {v} KiB FAILED: {e}")
+                failures.append({"rep": rep, "victim_kib": v, "error": str(e)})
+                continue
             colours = next((int(l.split()[1]) for l in out.splitlines() if l.startswith("COLOURS")), None)
             for line in out.splitlines():
                 if line.startswith("POLLUTE"):
@@ -80,13 +86,15 @@ def pollute(victims, reps):
     summary = {}
     for v in victims:
         for mem in ("ordinary", "other7/8"):
-            med = {c: statistics.median([r["ns_per_access"] for r in rows
-                                         if r["victim_kib"] == v and r["victim_memory"] == mem and r["config"] == c])
+            med = {c: median([r["ns_per_access"] for r in rows
+                              if r["victim_kib"] == v and r["victim_memory"] == mem and r["config"] == c])
                    for c in CONFIGS}
+            if None in med.values():
+                continue                                               # every run of it failed
             gap = med["ordinary"] - med["alone"]
             rec = {c: (med["ordinary"] - med[c]) / gap if gap > 0 else None for c in ("coloured", "naive")}
             summary[f"{v}KiB/{mem}"] = {"median_ns": med, "recovery": rec, "gap_ns": gap}
-    return rows, summary
+    return rows, summary, failures
 
 
 def calibrate(reps):
@@ -124,14 +132,15 @@ def plot(summary, victims, path):
     for ax, mem in zip(axes, ("ordinary", "other7/8")):
         width = 0.2
         for i, c in enumerate(CONFIGS):
-            ys = [summary[f"{v}KiB/{mem}"]["median_ns"][c] for v in victims]
+            ys = [summary[f"{v}KiB/{mem}"]["median_ns"][c] if f"{v}KiB/{mem}" in summary else 0
+                  for v in victims]
             ax.bar([x + i * width for x in range(len(victims))], ys, width, label=c, color=colors[c])
         ax.set_xticks([x + 1.5 * width for x in range(len(victims))])
         ax.set_xticklabels([f"{v} KiB" for v in victims])
         ax.set_title(f"victim in {mem} memory")
         ax.set_ylabel("victim ns per access (median)")
         ax.legend(fontsize=8)
-    fig.suptitle("polluter streaming 1 MiB: alone / ordinary / confined to 1/8 of L2 by chromalloc / naive address bits")
+    fig.suptitle("polluter streaming twice the L2: alone / ordinary / confined to 1/8 of L2 by chromalloc / naive address bits")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     say(f"wrote {os.path.relpath(path, ROOT)}")
@@ -152,7 +161,7 @@ def main():
     say("== calibration")
     cal_runs, cal = calibrate(max(3, args.reps // 2))
     say("== polluter / victim")
-    rows, pol = pollute(victims, args.reps)
+    rows, pol, pol_failures = pollute(victims, args.reps)
     say("== recolouring")
     rec_runs, rec = recolour(3)
     with open(out / "colour.csv", "w") as f:
@@ -167,11 +176,14 @@ def main():
         {"target": "two independent calibrations agree on >= 98% of classified pages", "value": cal["agreement"],
          "status": "PASS" if cal["agreement"] >= 0.98 else "FAIL"},
     ]
+    if pol_failures:
+        targets.append({"target": "every polluter/victim run completes", "value": f"{len(pol_failures)} failed",
+                        "status": "FAIL"})
     for key, s in pol.items():
         r = s["recovery"]["coloured"]
         targets.append({"target": f"confined polluter recovers >= 80% of the gap ({key} victim)", "value": r,
                         "status": "PASS" if r is not None and r >= 0.8 else "FAIL"})
-    doc = {"calibration": {"median": cal, "runs": cal_runs}, "pollute": pol,
+    doc = {"calibration": {"median": cal, "runs": cal_runs}, "pollute": pol, "pollute_failures": pol_failures,
            "recolour": {"median": rec, "runs": rec_runs}, "targets": targets,
            "command": " ".join(sys.argv)}
     with open(out / "colour_summary.json", "w") as f:
