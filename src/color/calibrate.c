@@ -43,19 +43,24 @@ static uint64_t rnd(uint64_t* s) {
    recovered nothing); each further test costs only the pages that pass the first. */
 #define CONFIRM 3
 
-static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways) {
-  for (int k = 0; k < CONFIRM; k++)
+static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm) {
+  for (int k = 0; k < confirm; k++)
     if (!p->evicts(p, ref, set, ways)) return false;
   return true;
 }
 
-/* Colour of `page` among the colours in `mask`, or -1.  `page` becomes a probe reference (its
-   contents are overwritten), so only pool pages are classified this way. */
-int _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask) {
+/* Colour of `page` among the colours in `mask`, or -1, a positive answer confirmed by `confirm`
+   tests in a row.  `page` becomes a probe reference (its contents are overwritten), so only
+   pool pages are classified this way. */
+int _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm) {
   p->prepare(p, page);
   for (uint32_t c = 0; c < map->ncolours; c++)
-    if ((mask >> c) & 1 && evicts_confirmed(p, page, (void* const*)map->set[c], map->ways)) return (int)c;
+    if ((mask >> c) & 1 && evicts_confirmed(p, page, (void* const*)map->set[c], map->ways, confirm)) return (int)c;
   return -1;
+}
+
+int _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask) {
+  return _ca_colour_classify_n(p, map, page, mask, CONFIRM);
 }
 
 /* Colour of a live page without writing to it: it replaces one member of each candidate set,
@@ -67,7 +72,7 @@ int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* pa
     memcpy(trial, map->set[c], map->ways * sizeof(void*));
     trial[0] = (void*)page;
     p->prepare(p, map->ref[c]);
-    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways)) return (int)c;
+    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, CONFIRM)) return (int)c;
   }
   return -1;
 }
