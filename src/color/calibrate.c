@@ -18,8 +18,8 @@
    Discovery: take pages of a scratch region in random order; a page that no known set evicts
    starts a new colour (an eviction set built for it, kept unless it evicts an existing
    colour's reference, i.e. duplicates one); stop when many pages in a row fall into known
-   colours.  The number of colours found is the measurement (sysfs may say otherwise: this VM
-   reports a 512 KiB L2, and timing finds 32 colours of 8 ways, i.e. 1 MiB). */
+   colours.  The number of colours found is the measurement; sysfs's geometry is only what it
+   is compared with (a VM may describe its caches as it likes). */
 #define _GNU_SOURCE
 #include "colour.h"
 #include <sched.h>
