@@ -187,7 +187,7 @@ static void verify_sample(uint64_t* rng) {
    every set claim almost every page (an estimate of 4 colours for 32 was seen once in ten
    runs), or claim too few (64 for 32): see estimate_colours.  A page counts as claimed after
    two confirming tests, not the three that fill pools: every further test also loses true
-   positives on a busy host, which biases the count up (64 for 32 in 1 of 11 runs with three). */
+   positives on a busy host, which biases the count up (64 for 32 in 1 of 20 processes with three). */
 static uint32_t estimate_once(void) {
   enum { SAMPLE = 2 * STOCK_CHUNK };
   uint8_t* chunk = _ca_pool_supply(SAMPLE);
