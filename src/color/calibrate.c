@@ -38,10 +38,10 @@ static uint64_t rnd(uint64_t* s) {
 
 /* A page is tested against up to every colour of the mask, and the first positive answer wins,
    so a false "evicts" (on a busy host up to 1 test in 7, as inferred from two calibrations
-   agreeing on only 42-58% of pages) must be rare indeed: a
-   positive answer counts only when CONFIRM tests in a row give it.  With two, a 1/8 pool
-   filled on a busy host held a third of pages of other colours (a polluter confined to it then
-   recovered nothing); each further test costs only the pages that pass the first. */
+   agreeing on only 42-58% of pages) must be rare indeed: a positive answer counts only when
+   CONFIRM tests in a row give it.  With two, that rate puts up to a third of other colours'
+   pages into a 1/8 pool (and a polluter confined to it recovered 0-100% of the gap from run to
+   run); each further test costs only the pages that pass the first. */
 #define CONFIRM 3
 
 static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm) {
