@@ -403,7 +403,7 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
 
   ca_timing_probe_t tp;
   size_t stream = (size_t)(lv->size > (1u << 20) ? lv->size : (1u << 20));
-  bool ok = _ca_probe_timing_init(&tp, stream);
+  bool ok = _ca_probe_timing_init(&tp, stream, _ca_machine.l1d.ways);
   cal->ticks_per_us = _ca_ticks_per_us();
   ca_probe_t* p = &tp.base;
   uint64_t rng = 0x2545F4914F6CDD1Dull ^ _ca_clock_ns();

@@ -44,6 +44,7 @@
 #define CA_COLOURS_MAX    64      /* colours of one level we can tell apart (a 64-bit mask) */
 #define CA_WAYS_MAX       32
 #define CA_COLOUR_SETS    15      /* public colour sets (flavours 1..15) */
+#define CA_QUIET_MAX      24      /* quiet pages of the timing probe */
 
 /* ---- the probe: does touching pages[0..n) evict page r from the level? ------------------- */
 typedef struct ca_probe_s ca_probe_t;
@@ -66,10 +67,13 @@ typedef struct ca_timing_probe_s {
   uint32_t   ratio_pct;       /* evicted: the chase is this % of the quiet chase measured with it */
   uint32_t   set_ratio_pct;   /* what eviction sets measured (0: not yet) */
   uint32_t   last_ticks, last_quiet;   /* medians of the last test (diagnostics) */
-  void*      quiet[9];        /* pages of random colours: touching them leaves R in the level */
+  /* pages of random colours: touching them pushes R out of L1 (more of them than L1 has ways)
+     but leaves it in the level, so a quiet chase is a chase from the level */
+  void*      quiet[CA_QUIET_MAX];
+  int        nquiet;
 } ca_timing_probe_t;
 
-bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes);
+bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways);
 uint64_t _ca_ticks(void);
 double   _ca_ticks_per_us(void);
 

@@ -242,7 +242,7 @@ static bool calibrate_or_load(uint64_t* rng) {
     L.cal.method = CA_METHOD_TIMING;
   }
   size_t level_bytes = l2 && l2->size > (1u << 20) ? l2->size : (1u << 20);
-  if (!_ca_probe_timing_init(&L.probe, level_bytes)) {
+  if (!_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) {
     set_state(CA_COLOURS_UNAVAILABLE, "timing cannot tell the L2 from what lies beyond it");
     return false;
   }
@@ -255,7 +255,7 @@ static bool calibrate_or_load(uint64_t* rng) {
     for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
       uint32_t had = L.map.ncolours;
       _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, 32, 3000, rng, NULL);
-      if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes)) break;
+      if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
     }
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
     L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected) : 0;

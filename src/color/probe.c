@@ -90,18 +90,26 @@ static bool timing_evicts(ca_probe_t* p, void* r, void* const* pages, size_t n) 
   ca_timing_probe_t* tp = (ca_timing_probe_t*)p;
   p->tests++;
   uint32_t g = evict_ticks(tp, r, pages, n, tp->reps);
-  uint32_t q = evict_ticks(tp, r, tp->quiet, 9, 5);            /* the quiet level is steady */
+  uint32_t q = evict_ticks(tp, r, tp->quiet, (size_t)tp->nquiet, 5);   /* the quiet level is steady */
   tp->last_ticks = g;
   tp->last_quiet = q;
   return (uint64_t)g * 100 > (uint64_t)q * tp->ratio_pct;
 }
 
-/* Place the decision ratio between the quiet level (R stays in L2) and what known eviction sets
-   do to their references, from the median ratio of a few sets' effects, as the initial rule
-   does: 2/5 of the way up.  An eviction set may push R further out than a large group of pages
-   does (measured on a 16-way Intel L2: sets 19-30x the quiet chase, 1536 random pages 10x, the
-   initial stream 10-22x), so the lowest effect places it: a halfway mark on the sets' effect
-   rejected almost every large group as "not evicting" and 98% of set builds failed. */
+/* The decision ratio for an eviction effect of r% of the quiet chase: halfway up, and never
+   above 150%.  Measured on a 16-way Zen 5 L2 over a minute (quiet pages pushing R out of L1):
+   groups that leave R in the level read 95-112% of the quiet chase (15 same-colour pages
+   100-108%, 12 of them up to 137% through L1 effects), an eviction set 208-300%, switching
+   between ~210% and ~290% every few seconds (the L2 latency follows the core clock, the L3's
+   does not), the initial stream 210-290%.  Halfway up a high reading (190%) would call half
+   the low-state evictions "not evicting", so the ratio is capped where both states clear it. */
+static uint32_t rule_for(uint32_t r) {
+  uint32_t half = 100 + (r > 100 ? (r - 100) / 2 : 0);
+  return half < 150 ? half : 150;
+}
+
+/* Re-place the rule on what known eviction sets do to their references (the median of a few
+   sets' effects), or what the initial stream did if that is less. */
 static void timing_recalibrate(ca_probe_t* p, void* const* refs, void* const (*sets)[CA_WAYS_MAX], size_t n, size_t ways) {
   ca_timing_probe_t* tp = (ca_timing_probe_t*)p;
   uint32_t ratio[16];
@@ -110,7 +118,7 @@ static void timing_recalibrate(ca_probe_t* p, void* const* refs, void* const (*s
     uint32_t v[9];
     timing_prepare(p, refs[i]);
     for (int k = 0; k < 9; k++) {
-      uint32_t g = evict_ticks(tp, refs[i], sets[i], ways, tp->reps), q = evict_ticks(tp, refs[i], tp->quiet, 9, 5);
+      uint32_t g = evict_ticks(tp, refs[i], sets[i], ways, tp->reps), q = evict_ticks(tp, refs[i], tp->quiet, (size_t)tp->nquiet, 5);
       v[k] = q ? (uint32_t)((uint64_t)g * 100 / q) : 0;
     }
     ratio[i] = median_u32(v, 9);
@@ -119,15 +127,15 @@ static void timing_recalibrate(ca_probe_t* p, void* const* refs, void* const (*s
   tp->set_ratio_pct = r;
   uint32_t stream = tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : r;
   if (stream < r) r = stream;
-  if (r > 200) tp->ratio_pct = 100 + (r - 100) * 2 / 5;     /* clearly apart */
+  if (r >= 140) tp->ratio_pct = rule_for(r);                 /* clearly apart */
 }
 
 /* Measure the two levels and set the threshold.  R and a few quiet pages come from a scratch
    mapping; "evicted" streams four times the level's size.  False when the two cannot be told
    apart (the level is not measurable here). */
-bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes) {
+bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways) {
 #if !defined(__x86_64__)
-  (void)tp; (void)level_bytes;
+  (void)tp; (void)level_bytes; (void)l1_ways;
   return false;
 #else
   uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
@@ -146,17 +154,29 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes) {
   /* R and the quiet pages live apart from the streamed region: right after it, the hardware
      prefetcher following the stream would pull R back in and the "evicted" level would read low */
   size_t stream_bytes = 4 * level_bytes;
-  size_t quiet = 9;
+  /* the quiet pages must push R out of L1, or the quiet chase reads L1 and a group that only
+     evicts R from L1 to the level looks like an eviction (a 12-way L1 with 9 quiet pages: 12
+     same-colour pages of a 16-way L2 read as "evicted" half the time) */
+  size_t quiet = (size_t)(l1_ways > 0 ? l1_ways : 8) + 4;
+  if (quiet < 9) quiet = 9;
+  if (quiet > CA_QUIET_MAX) quiet = CA_QUIET_MAX;
+  tp->nquiet = (int)quiet;
+  /* ... and must lie apart: 16 adjacent pages read 5-30% slower on R than 16 scattered ones
+     (which is what groups of pool pages are); 8 pages apart they read alike */
+  size_t stride = 8, span = (1 + quiet * stride) * CA_OS_PAGE;
   uint8_t* mem = _ca_os_map(stream_bytes);
-  uint8_t* r = _ca_os_map((quiet + 1) * CA_OS_PAGE);          /* R, then the quiet pages (kept) */
+  uint8_t* r = _ca_os_map(span);                    /* R, then the quiet pages (kept, touched) */
   if (mem == NULL || r == NULL) {
     if (mem) _ca_os_unmap(mem, stream_bytes);
-    if (r) _ca_os_unmap(r, (quiet + 1) * CA_OS_PAGE);
+    if (r) _ca_os_unmap(r, span);
     return false;
   }
   memset(mem, 1, stream_bytes);
-  memset(r, 1, (quiet + 1) * CA_OS_PAGE);
-  for (size_t i = 0; i < quiet; i++) tp->quiet[i] = r + (i + 1) * CA_OS_PAGE;
+  memset(r, 1, CA_OS_PAGE);
+  for (size_t i = 0; i < quiet; i++) {
+    tp->quiet[i] = r + (1 + i * stride) * CA_OS_PAGE;
+    memset(tp->quiet[i], 1, CA_OS_PAGE);
+  }
   timing_prepare(&tp->base, r);
   uint32_t hit[41], miss[41];
   for (int k = 0; k < 41; k++) hit[k] = evict_ticks(tp, r, tp->quiet, quiet, tp->reps);
@@ -173,8 +193,8 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes) {
      fastest quarter of the evicted chases is the nearest of them, the one to tell from the L2 */
   median_u32(miss, 41);
   tp->miss_ticks = miss[41 / 4];
-  tp->threshold = tp->hit_ticks + (tp->miss_ticks - tp->hit_ticks) * 2 / 5;
-  tp->ratio_pct = tp->hit_ticks ? (uint32_t)((uint64_t)tp->threshold * 100 / tp->hit_ticks) : 160;
+  tp->ratio_pct = rule_for(tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : 200);
+  tp->threshold = (uint32_t)((uint64_t)tp->hit_ticks * tp->ratio_pct / 100);
   tp->set_ratio_pct = 0;
   _ca_os_unmap(mem, stream_bytes);
   return tp->miss_ticks > tp->hit_ticks + tp->hit_ticks / 2;   /* at least 1.5x apart */
