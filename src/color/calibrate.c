@@ -39,29 +39,31 @@ static uint64_t rnd(uint64_t* s) {
 /* A page is tested against up to every colour of the mask, and the first positive answer wins,
    so a false "evicts" (on a busy host up to 1 test in 7, as inferred from two calibrations
    agreeing on only 42-58% of pages) must be rare indeed: a positive answer counts only when
-   CONFIRM tests in a row give it.  With two, that rate puts up to a third of other colours'
+   CONFIRM tests in a row give it, each asking whether most of the page is evicted (a page
+   sharing only part of its sets with a colour must not count as that colour).  With two, that rate puts up to a third of other colours'
    pages into a 1/8 pool (and a polluter confined to it recovered 0-100% of the gap from run to
    run); each further test costs only the pages that pass the first. */
 #define CONFIRM 3
 
-static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm) {
+static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm, bool fully) {
+  bool (*test)(ca_probe_t*, void*, void* const*, size_t) = fully && p->evicts_fully ? p->evicts_fully : p->evicts;
   for (int k = 0; k < confirm; k++)
-    if (!p->evicts(p, ref, set, ways)) return false;
+    if (!test(p, ref, set, ways)) return false;
   return true;
 }
 
 /* Colour of `page` among the colours in `mask`, or -1, a positive answer confirmed by `confirm`
-   tests in a row.  `page` becomes a probe reference (its contents are overwritten), so only
-   pool pages are classified this way. */
-int _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm) {
+   tests in a row (of the stricter kind when `fully`).  `page` becomes a probe reference (its
+   contents are overwritten), so only pool pages are classified this way. */
+int _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, bool fully) {
   p->prepare(p, page);
   for (uint32_t c = 0; c < map->ncolours; c++)
-    if ((mask >> c) & 1 && evicts_confirmed(p, page, (void* const*)map->set[c], map->ways, confirm)) return (int)c;
+    if ((mask >> c) & 1 && evicts_confirmed(p, page, (void* const*)map->set[c], map->ways, confirm, fully)) return (int)c;
   return -1;
 }
 
 int _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask) {
-  return _ca_colour_classify_n(p, map, page, mask, CONFIRM);
+  return _ca_colour_classify_n(p, map, page, mask, CONFIRM, true);
 }
 
 /* Colour of a live page without writing to it: it replaces one member of each candidate set,
@@ -73,7 +75,7 @@ int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* pa
     memcpy(trial, map->set[c], map->ways * sizeof(void*));
     trial[0] = (void*)page;
     p->prepare(p, map->ref[c]);
-    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, CONFIRM)) return (int)c;
+    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, CONFIRM, true)) return (int)c;
   }
   return -1;
 }

@@ -55,6 +55,11 @@ struct ca_probe_s {
      pages of sets[i]), which is what every later test looks like */
   void (*recalibrate)(ca_probe_t* p, void* const* refs, void* const (*sets)[CA_WAYS_MAX], size_t n, size_t ways);
   uint64_t tests;                                   /* number of evicts() calls */
+  /* optional: the stricter question "is most of r evicted?", which confirms a page's colour.
+     A page can share part of its sets with another colour's pages (a Zen 5 L2: 1 page in 3
+     read 60-75% of a full eviction against another colour's set); it must not join that
+     colour's pool */
+  bool (*evicts_fully)(ca_probe_t* p, void* r, void* const* pages, size_t n);
 };
 
 /* The timing probe of this machine (probe.c). */
@@ -66,6 +71,7 @@ typedef struct ca_timing_probe_s {
   int        reps, passes;
   uint32_t   ratio_pct;       /* evicted: the chase is this % of the quiet chase measured with it */
   uint32_t   set_ratio_pct;   /* what eviction sets measured (0: not yet) */
+  uint32_t   full_pct;        /* evicted fully: 4/5 of the way up to set_ratio_pct */
   uint32_t   last_ticks, last_quiet;   /* medians of the last test (diagnostics) */
   /* pages of random colours: touching them pushes R out of L1 (more of them than L1 has ways)
      but leaves it in the level, so a quiet chase is a chase from the level */
@@ -107,7 +113,7 @@ typedef struct ca_discovery_stats_s {
 bool     _ca_page_source_init(ca_page_source_t* src, size_t npages);
 void     _ca_page_source_free(ca_page_source_t* src);
 int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
-int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm);
+int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, bool fully);
 int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask);
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
