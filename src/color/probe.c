@@ -11,6 +11,7 @@
    x86-64 only (rdtscp); elsewhere the probe reports that it cannot measure. */
 #include "colour.h"
 #include <sys/mman.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
@@ -193,26 +194,35 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
     memset(tp->quiet[i], 1, CA_OS_PAGE);
   }
   timing_prepare(&tp->base, r);
-  uint32_t hit[41], miss[41];
-  for (int k = 0; k < 41; k++) hit[k] = evict_ticks(tp, r, tp->quiet, quiet, tp->reps);
-  for (int k = 0; k < 41; k++) {
-    chase(r);
-    chase(r);
-    for (size_t off = 0; off < stream_bytes; off += 64) (void)*(volatile uint8_t*)(mem + off);
-    uint64_t t0 = _ca_ticks();
-    void* s = chase(r);
-    miss[k] = (uint32_t)(_ca_ticks() - t0) + (s == NULL);
+  /* a noisy moment can bring the two levels together: measure again, up to three times */
+  bool apart = false;
+  for (int attempt = 0; attempt < 3 && !apart; attempt++) {
+    if (attempt > 0) {
+      struct timespec pause = { 0, 50000000 };
+      nanosleep(&pause, NULL);
+    }
+    uint32_t hit[41], miss[41];
+    for (int k = 0; k < 41; k++) hit[k] = evict_ticks(tp, r, tp->quiet, quiet, tp->reps);
+    for (int k = 0; k < 41; k++) {
+      chase(r);
+      chase(r);
+      for (size_t off = 0; off < stream_bytes; off += 64) (void)*(volatile uint8_t*)(mem + off);
+      uint64_t t0 = _ca_ticks();
+      void* s = chase(r);
+      miss[k] = (uint32_t)(_ca_ticks() - t0) + (s == NULL);
+    }
+    tp->hit_ticks = median_u32(hit, 41);
+    /* beyond the L2 lies more than one level (an L3 shared with other guests, memory): the
+       fastest quarter of the evicted chases is the nearest of them, the one to tell from the L2 */
+    median_u32(miss, 41);
+    tp->miss_ticks = miss[41 / 4];
+    apart = tp->miss_ticks > tp->hit_ticks + tp->hit_ticks / 2;   /* at least 1.5x apart */
   }
-  tp->hit_ticks = median_u32(hit, 41);
-  /* beyond the L2 lies more than one level (an L3 shared with other guests, memory): the
-     fastest quarter of the evicted chases is the nearest of them, the one to tell from the L2 */
-  median_u32(miss, 41);
-  tp->miss_ticks = miss[41 / 4];
   tp->ratio_pct = rule_for(tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : 200);
   tp->threshold = (uint32_t)((uint64_t)tp->hit_ticks * tp->ratio_pct / 100);
   tp->set_ratio_pct = 0;
   tp->full_pct = 0;
   _ca_os_unmap(mem, stream_bytes);
-  return tp->miss_ticks > tp->hit_ticks + tp->hit_ticks / 2;   /* at least 1.5x apart */
+  return apart;
 #endif
 }
