@@ -165,16 +165,19 @@ static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) 
 /* Monitoring may start a chunk of n bytes when what it cost so far, and what this chunk will
    cost (its sampled pages at the average cost of a sampled page), are within the budget's share
    of the time the program has run. */
-static bool within_budget(size_t n, bool unknown) {
+static bool within_budget(size_t n, bool learning) {
   if (NW.monitor_all) return true;
-  if (!unknown && _ca_clock_ms() < atomic_load_explicit(&NW.next_ok_ms, ca_relaxed)) { bump(&NW.over_budget, 1); return false; }
+  if (!learning && _ca_clock_ms() < atomic_load_explicit(&NW.next_ok_ms, ca_relaxed)) { bump(&NW.over_budget, 1); return false; }
   uint64_t spent = _ca_monitor_cost_ns() + atomic_load_explicit(&NW.alloc_cost_ns, ca_relaxed);
   spent += (uint64_t)_ca_monitor_samples(n / CA_OS_PAGE) * _ca_monitor_page_cost_ns();
   if (NW.budget_pm == 0) return false;
-  /* a context never judged may take twice the share: one busy context must not starve the rest */
-  uint64_t ok_ns = NW.start_ns + spent * 1000 / (NW.budget_pm * (unknown ? 2 : 1));
+  /* a context still learning (fewer than the two verdicts a prediction needs) may take twice
+     the share: one busy context must not starve the rest, and a polluter context's chunks stay
+     open until its second verdict (pv frames: with the second verdict at the plain share, the
+     first half of the 6000 frames ran open) */
+  uint64_t ok_ns = NW.start_ns + spent * 1000 / (NW.budget_pm * (learning ? 2 : 1));
   if (_ca_clock_ns() >= ok_ns) return true;
-  if (!unknown) atomic_store_explicit(&NW.next_ok_ms, ok_ns / 1000000, ca_relaxed);
+  if (!learning) atomic_store_explicit(&NW.next_ok_ms, ok_ns / 1000000, ca_relaxed);
   bump(&NW.over_budget, 1);
   return false;
 }
@@ -270,7 +273,7 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
     /* glibc fills its own buffers (stdio, directory streams) through internal system calls
        that cannot be interposed: a sampled page there would make them fail with EFAULT */
     bool watch = NW.monitor_all || (_ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
-    if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(n, c->nverdicts == 0)) {
+    if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(n, c->nverdicts < 2)) {
       if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
       p = place_monitored(ctx, n, zero, m, flavour);
     }
