@@ -35,6 +35,8 @@
    hardware thread) a chase of 128-192 KiB alone ran at L2 speed, 256 KiB often did not; the
    index of requests takes more room than its nodes (glibc puts a 64-byte node in 80 bytes).
    --no-polluter (frames, requests): skip the polluter buffers: the victim alone, the best case.
+   --confine (frames, under chromalloc): the frame buffer from the first 1/8 of the L2 colours,
+   asked for with chromalloc_malloc_coloured: what restrictive mapping can do here at best.
    --seed=N changes the data (and the checksum).
    --settle-ms=N (frames, requests, neutral, victims): sleep N ms after the first 20 frames,
    which are then left out of the statistics, as is the sleep from total_s: the steady state of
@@ -69,7 +71,7 @@ static unsigned long site_calls[S_N];
 
 static long opt_victim_kib = -1, opt_buf_kib = -1, opt_frames = -1, opt_seed = 1;
 static double opt_seconds = 4.0;
-static int opt_no_polluter = 0, opt_pin = 0;
+static int opt_no_polluter = 0, opt_pin = 0, opt_confine = 0;
 static long opt_settle_ms = 0;
 
 static long parse_num(const char* s, const char* name, long min) {
@@ -87,6 +89,7 @@ static void parse_options(int argc, char** argv) {
     const char* v = eq ? eq + 1 : "";
     if (strcmp(a, "--no-polluter") == 0) opt_no_polluter = 1;
     else if (strcmp(a, "--pin") == 0) opt_pin = 1;
+    else if (strcmp(a, "--confine") == 0) opt_confine = 1;
     else if (strncmp(a, "--settle-ms=", 12) == 0) opt_settle_ms = parse_num(v, "settle-ms", 0);
     else if (strncmp(a, "--victim-kib=", 13) == 0) opt_victim_kib = parse_num(v, "victim-kib", 8);
     else if (strncmp(a, "--buf-kib=", 10) == 0) opt_buf_kib = parse_num(v, "buf-kib", 4);
@@ -200,9 +203,23 @@ static void report(const char* name, samples_t* s, size_t skip, double total_s, 
 
 /* ---- the polluter: a buffer from its own call site, written, read once, freed ------------- */
 
+/* --confine: the buffer from chromalloc's first 1/8 of the L2 colours, asked for explicitly (no
+   learning, no monitoring): what restrictive mapping can do for this workload at best */
+static void* (*confine_alloc)(size_t, int);
+static int confine_id = -1;
+
+static void confine_init(size_t bytes) {
+  int (*colours)(unsigned, unsigned, unsigned, unsigned) = (int (*)(unsigned, unsigned, unsigned, unsigned))dlsym(RTLD_DEFAULT, "chromalloc_colours");
+  int (*prepare)(int, size_t, int) = (int (*)(int, size_t, int))dlsym(RTLD_DEFAULT, "chromalloc_colours_prepare");
+  confine_alloc = (void* (*)(size_t, int))dlsym(RTLD_DEFAULT, "chromalloc_malloc_coloured");
+  if (!colours || !prepare || !confine_alloc) fail("--confine needs chromalloc");
+  confine_id = colours(0, 0, 1, 8);
+  if (confine_id < 0 || prepare(confine_id, bytes + 4096, 120000) != 0) fail("--confine: no stock of 1/8 of the L2 (errno %d)", errno);
+}
+
 NOINLINE static uint64_t* frame_buffer(size_t bytes) {
   SITE(S_FRAME);
-  uint64_t* p = malloc(bytes);
+  uint64_t* p = confine_id >= 0 ? confine_alloc(bytes, confine_id) : malloc(bytes);
   return check_alloc(p, bytes);
 }
 
@@ -269,6 +286,7 @@ static void run_frames(void) {
   rng_t r = rng_seed((uint64_t)opt_seed);
   size_t n = vkib * 1024 / sizeof(node_t);
   node_t* v = make_victim(n, &r);
+  if (opt_confine && !opt_no_polluter) confine_init(bkib * 1024);
   uint32_t pos = 0;
   uint64_t check = 0;
   samples_t s = samples((size_t)frames);
