@@ -2,11 +2,13 @@
 
    R holds a dependent chase through its 64 lines in a fixed random order (a single timed load
    reads 80 ticks from L2 and 110 from L3 here, too close for rdtscp's 26-tick steps; 64 chained
-   loads read ~600 ticks from L2 and 1600-2700 from beyond).  One test: chase R twice (R in L1/L2
-   and its translation in the TLB), read every line of every page of the group `passes` times,
-   time a third chase; the median of `reps` tests is compared with a threshold set between the
-   "stays in the level" and "evicted" medians measured at start.  Each test lasts well under
-   100 us, because something outside this VM evicts idle lines from L2 within ~0.1-1 ms.
+   loads read ~450-650 ticks from L2 and 1300-2000 after an eviction set).  One test: chase R
+   twice (R in L1/L2 and its translation in the TLB), read every line of every page of the group
+   `passes` times, time a third chase; the median of `reps` tests, divided by the same median
+   after touching quiet pages instead, is compared with a ratio (the rule, below).  A stricter
+   ratio answers "is most of R evicted?" (evicts_fully), which confirms a page's colour.  Each
+   test lasts well under 100 us, because something outside this VM evicts idle lines from L2
+   within ~0.1-1 ms.
 
    x86-64 only (rdtscp); elsewhere the probe reports that it cannot measure. */
 #include "colour.h"
