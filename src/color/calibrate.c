@@ -406,6 +406,7 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
   if (pinned) { CPU_ZERO(&one); CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one); sched_setaffinity(0, sizeof one, &one); }
 
   ca_timing_probe_t tp;
+  memset(&tp, 0, sizeof tp);
   size_t stream = (size_t)(lv->size > (1u << 20) ? lv->size : (1u << 20));
   bool ok = _ca_probe_timing_init(&tp, stream, _ca_machine.l1d.ways);
   cal->ticks_per_us = _ca_ticks_per_us();
@@ -471,6 +472,7 @@ out:
   _ca_page_source_free(&a_src);
   _ca_page_source_free(&b_src);
   _ca_page_source_free(&c_src);
+  if (tp.scratch != NULL) _ca_os_unmap(tp.scratch, tp.scratch_len);
   if (pinned) sched_setaffinity(0, sizeof old, &old);
   cal->seconds = (double)(_ca_clock_ns() - start) / 1e9;
   return cal->usable;

@@ -77,6 +77,8 @@ typedef struct ca_timing_probe_s {
      but leaves it in the level, so a quiet chase is a chase from the level */
   void*      quiet[CA_QUIET_MAX];
   int        nquiet;
+  uint8_t*   scratch;         /* R and the quiet pages (unmapped when measured again); zero it first */
+  size_t     scratch_len;
 } ca_timing_probe_t;
 
 bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways);

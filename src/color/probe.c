@@ -182,6 +182,8 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
   /* ... and must lie apart: 16 adjacent pages read 5-30% slower on R than 16 scattered ones
      (which is what groups of pool pages are); 8 pages apart they read alike */
   size_t stride = 8, span = (1 + quiet * stride) * CA_OS_PAGE;
+  if (tp->scratch != NULL) _ca_os_unmap(tp->scratch, tp->scratch_len);   /* measured before */
+  tp->scratch = NULL;
   uint8_t* mem = _ca_os_map(stream_bytes);
   uint8_t* r = _ca_os_map(span);                    /* R, then the quiet pages (kept, touched) */
   if (mem == NULL || r == NULL) {
@@ -189,6 +191,8 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
     if (r) _ca_os_unmap(r, span);
     return false;
   }
+  tp->scratch = r;
+  tp->scratch_len = span;
   memset(mem, 1, stream_bytes);
   memset(r, 1, CA_OS_PAGE);
   for (size_t i = 0; i < quiet; i++) {
