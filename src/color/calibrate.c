@@ -40,9 +40,10 @@ static uint64_t rnd(uint64_t* s) {
    so a false "evicts" (on a busy host up to 1 test in 7, as inferred from two calibrations
    agreeing on only 42-58% of pages) must be rare indeed: a positive answer counts only when
    CONFIRM tests in a row give it, each asking whether most of the page is evicted (a page
-   sharing only part of its sets with a colour must not count as that colour).  With two, that rate puts up to a third of other colours'
-   pages into a 1/8 pool (and a polluter confined to it recovered 0-100% of the gap from run to
-   run); each further test costs only the pages that pass the first. */
+   sharing only part of its sets with a colour must not count as that colour).  With two, that
+   rate puts up to a third of other colours' pages into a 1/8 pool (and a polluter confined to
+   it recovered 0-100% of the gap from run to run); each further test costs only the pages that
+   pass the first. */
 #define CONFIRM 3
 
 static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm, bool fully) {
