@@ -243,18 +243,7 @@ static bool calibrate_or_load(uint64_t* rng) {
     L.cal.method = CA_METHOD_TIMING;
   }
   size_t level_bytes = l2 && l2->size > (1u << 20) ? l2->size : (1u << 20);
-  /* a noisy moment (the program itself streaming memory on the other core, say) can bring the
-     two levels together for a while: this thread is in the background, so it tries again for
-     a few seconds before it gives up for good (1 process in 20 here gave up at once) */
-  bool measured = false;
-  for (int tries = 0; tries < 10 && !measured; tries++) {
-    if (tries > 0) {
-      struct timespec pause = { 0, 300000000 };
-      nanosleep(&pause, NULL);
-    }
-    measured = _ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
-  }
-  if (!measured) {
+  if (!_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) {
     set_state(CA_COLOURS_UNAVAILABLE, "timing cannot tell the L2 from what lies beyond it");
     return false;
   }

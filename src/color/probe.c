@@ -200,11 +200,13 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
     memset(tp->quiet[i], 1, CA_OS_PAGE);
   }
   timing_prepare(&tp->base, r);
-  /* a noisy moment can bring the two levels together: measure again, up to three times */
+  /* a noisy moment (the program itself streaming memory on the other core, say) can bring the
+     two levels together for a while: measure again, for a few seconds, before giving up (with
+     three tries 50 ms apart, 1 process in 20 here ran without colours) */
   bool apart = false;
-  for (int attempt = 0; attempt < 3 && !apart; attempt++) {
+  for (int attempt = 0; attempt < 10 && !apart; attempt++) {
     if (attempt > 0) {
-      struct timespec pause = { 0, 50000000 };
+      struct timespec pause = { 0, 300000000 };
       nanosleep(&pause, NULL);
     }
     uint32_t hit[41], miss[41];
