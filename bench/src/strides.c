@@ -1,16 +1,18 @@
-/* strides: is an address-order chase governed by the L1 set count, or by the stride?
+/* strides: what governs an address-order chase, the L1 set count or something else?
    Not part of the suite (run.py builds it, never runs it): a tool behind docs/results.md's
-   index section.  For each STRIDE argument, 256 blocks are laid out STRIDE bytes apart in one
-   mmap'd region (no allocator involved), linked in address order through their first word and
-   chased with dependent loads as mcache does; it prints the median ns per step of 7 timed runs
-   and the number of distinct L1 sets (64-byte lines, 64 sets) the block starts fall on.
-   Usage: strides STRIDE... (bytes, 64..65536)
-   Output: STRIDES <stride> <sets> <ns_per_step>, one line per stride. */
+   index section.  For each layout argument, BLOCKS blocks (default 256, as mcache) are laid
+   out STRIDE bytes apart in one mmap'd region (no allocator involved), linked in address order
+   through their first word and chased with dependent loads as mcache does; it prints the median
+   ns per step of 7 timed runs, the number of distinct L1 sets (64-byte lines, 64 sets) the block
+   starts fall on and the number of 4 KiB pages they touch.  A layout STRIDE/K/GAP is punctuated:
+   GAP extra bytes after every K blocks (2304/16/64 puts 256 blocks on all 64 sets).
+   Usage: strides [-n BLOCKS] LAYOUT...   (STRIDE or STRIDE/K/GAP, bytes, 64..65536; BLOCKS <= 4096)
+   Output: STRIDES <layout> <sets> <pages> <ns_per_step>, one line per layout. */
 #include "bench.h"
 #include <sched.h>
 #include <sys/mman.h>
 
-#define BLOCKS 256
+#define MAX_BLOCKS 4096
 #define STEPS  2000000
 #define RUNS   7
 
@@ -20,32 +22,56 @@ static int cmpd(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Parses STRIDE or STRIDE/K/GAP; exits with a message on anything else. */
+static void parse_layout(const char *arg, long *stride, long *every, long *gap)
+{
+    char end;
+    *every = 0;
+    *gap = 0;
+    int n = sscanf(arg, "%ld/%ld/%ld%c", stride, every, gap, &end);
+    if (!(n == 1 || n == 3) || *stride < 64 || *stride > 65536 || (n == 3 && (*every < 1 || *gap < 0 || *gap > 65536)))
+        fail("bad layout '%s' (want STRIDE or STRIDE/K/GAP, stride 64..65536)", arg);
+}
+
 int main(int argc, char **argv)
 {
     bench_name = "strides";
-    if (argc < 2)
-        fail("usage: strides STRIDE...");
+    int first = 1;
+    long blocks = 256;
+    if (argc > 2 && strcmp(argv[1], "-n") == 0) {
+        blocks = arg_long(argc, argv, 2, 256, 2);
+        if (blocks > MAX_BLOCKS)
+            fail("at most %d blocks", MAX_BLOCKS);
+        first = 3;
+    }
+    if (argc <= first)
+        fail("usage: strides [-n BLOCKS] STRIDE[/K/GAP]...");
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(sched_getcpu(), &one);
     sched_setaffinity(0, sizeof one, &one);
-    size_t region = (size_t)BLOCKS * 65536 + 4096;
+    size_t region = (size_t)blocks * 2 * 65536 + 4096;
     char *m = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         fail("mmap: %s", strerror(errno));
     memset(m, 1, region);
-    for (int a = 1; a < argc; a++) {
-        long stride = arg_long(argc, argv, a, 0, 64);
-        if (stride > 65536)
-            fail("stride %ld above 65536", stride);
-        char *b[BLOCKS];
+    static char *b[MAX_BLOCKS];
+    for (int a = first; a < argc; a++) {
+        long stride, every, gap;
+        parse_layout(argv[a], &stride, &every, &gap);
         uint64_t seen = 0;
-        for (int i = 0; i < BLOCKS; i++) {
-            b[i] = m + (size_t)i * (size_t)stride;
+        size_t off = 0;
+        long pages = 0;
+        for (long i = 0; i < blocks; i++) {
+            if (every > 0 && i > 0 && i % every == 0)
+                off += (size_t)gap;
+            b[i] = m + off;
+            off += (size_t)stride;
             seen |= 1ull << (((uintptr_t)b[i] >> 6) & 63);
+            pages += i == 0 || ((uintptr_t)b[i] >> 12) != ((uintptr_t)b[i - 1] >> 12);
         }
-        for (int i = 0; i < BLOCKS; i++)
-            *(char **)b[i] = b[(i + 1) % BLOCKS];
+        for (long i = 0; i < blocks; i++)
+            *(char **)b[i] = b[(i + 1) % blocks];
         void *volatile *p = (void *volatile *)b[0];
         for (long k = 0; k < STEPS / 4; k++)
             p = (void *volatile *)*p;
@@ -56,10 +82,10 @@ int main(int argc, char **argv)
                 p = (void *volatile *)*p;
             ns[r] = (double)(now_ns() - t0) / STEPS;
         }
-        if ((char *)p != b[(STEPS / 4 + (long)RUNS * STEPS) % BLOCKS])
+        if ((char *)p != b[(STEPS / 4 + (long)RUNS * STEPS) % blocks])
             fail("chase ended on the wrong block");
         qsort(ns, RUNS, sizeof ns[0], cmpd);
-        printf("STRIDES %ld %d %.3f\n", stride, __builtin_popcountll(seen), ns[RUNS / 2]);
+        printf("STRIDES %s %d %ld %.3f\n", argv[a], __builtin_popcountll(seen), pages, ns[RUNS / 2]);
     }
     return 0;
 }
