@@ -195,7 +195,7 @@ static uint32_t estimate_once(void) {
   if (chunk == NULL) return 0;
   uint32_t claimed = 0;
   for (size_t i = 0; i < SAMPLE; i++)
-    claimed += _ca_colour_classify_n(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0, 2, false) >= 0;
+    claimed += _ca_colour_classify_n(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0, 2, 2, false) >= 0;
   _ca_os_unmap(chunk, SAMPLE * CA_OS_PAGE);
   if (claimed == 0) return 0;
   double est = (double)L.map.ncolours * SAMPLE / claimed;

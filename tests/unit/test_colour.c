@@ -3,8 +3,10 @@
    (like a hashed index), a group evicts a reference when it holds `ways` distinct pages of the
    reference's colour, and a seeded fraction of answers is flipped (noise).  Pages are fake
    addresses that are never touched.  Checks: eviction sets are exact, discovery finds every
-   colour once, classification agrees with the oracle, pages that share part of their sets with
-   a second colour stay out of its pool, and the profile JSON round-trips. */
+   colour once, also when bursts of false "no" answers let duplicates slip past the check a new
+   set gets (4% of tests starting a burst: without the pruning sweep 34 colours are found),
+   classification agrees with the oracle, pages that share part of their sets with a second
+   colour stay out of its pool, and the profile JSON round-trips. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include <sys/mman.h>
@@ -15,7 +17,11 @@ typedef struct sim_s {
   double     noise;
   uint64_t   rng;
   uint32_t   partial_pct;   /* this % of pages also share sets with a second colour */
+  uint32_t   burst_pmil;    /* per mille of tests that start a burst of BURST "no" answers */
+  uint32_t   burst_left;
 } sim_t;
+
+#define BURST 5               /* a noisy moment on a busy host outlasts a three-test check */
 
 static uint32_t oracle(const sim_t* s, const void* page) {
   uint64_t x = (uintptr_t)page / 4096;
@@ -40,6 +46,8 @@ static uint32_t count_colour(const sim_t* s, void* r, void* const* pages, size_t
 
 static bool noisy(sim_t* s, bool v) {
   s->rng ^= s->rng << 13; s->rng ^= s->rng >> 7; s->rng ^= s->rng << 17;
+  if (s->burst_left > 0) { s->burst_left--; return false; }
+  if (s->rng % 1000 < s->burst_pmil) { s->burst_left = BURST - 1; return false; }
   return (double)(s->rng % 1000000) < s->noise * 1e6 ? !v : v;
 }
 
@@ -59,7 +67,7 @@ static bool sim_evicts_fully(ca_probe_t* p, void* r, void* const* pages, size_t 
 static void sim_prepare(ca_probe_t* p, void* r) { (void)p; (void)r; }
 
 static sim_t sim(uint32_t colours, uint32_t ways, double noise) {
-  sim_t s = { { sim_evicts, sim_prepare, NULL, 0, NULL }, colours, ways, noise, 0x2545F4914F6CDD1Dull, 0 };
+  sim_t s = { { sim_evicts, sim_prepare, NULL, 0, NULL }, colours, ways, noise, 0x2545F4914F6CDD1Dull, 0, 0, 0 };
   return s;
 }
 
@@ -101,8 +109,9 @@ static void test_reduce(double noise) {
   free_source(&src);
 }
 
-static void test_discover(double noise) {
+static void test_discover(double noise, uint32_t burst_pmil) {
   sim_t s = sim(32, 8, noise);
+  s.burst_pmil = burst_pmil;
   ca_page_source_t src = fake_source(4096, 0x200000000ull);
   static ca_colour_map_t map;
   memset(&map, 0, sizeof map);
@@ -119,11 +128,13 @@ static void test_discover(double noise) {
     seen |= (uint64_t)1 << oc;
     for (uint32_t w = 0; w < map.ways; w++) pure &= oracle(&s, map.set[c][w]) == oc;
   }
-  fprintf(stderr, "discover, noise %.1f%%: %u colours (%lu builds, %lu failed, %lu duplicates)\n",
-          noise * 100, n, (unsigned long)st.set_builds, (unsigned long)st.set_failures, (unsigned long)st.duplicates);
+  fprintf(stderr, "discover, noise %.1f%%, bursts %.1f%%: %u colours (%lu builds, %lu failed, %lu duplicates)\n",
+          noise * 100, burst_pmil / 10.0, n, (unsigned long)st.set_builds, (unsigned long)st.set_failures, (unsigned long)st.duplicates);
   CHECK_EQ(n, 32);
-  CHECK(distinct);
+  CHECK(distinct);                     /* with bursts: duplicates slip past the check on entry */
   CHECK(pure);
+  if (burst_pmil > 0) CHECK(st.duplicates > 0);
+  s.burst_pmil = 0;
   /* classification of pages nobody used agrees with the oracle */
   ca_page_source_t other = fake_source(2000, 0x300000000ull);
   int agree = 0, claimed = 0;
@@ -213,7 +224,7 @@ static void test_partial(void) {
     if (!is_partial(&s, pg)) continue;
     partial++;
     uint64_t wrong = (uint64_t)1 << index_of[second(&s, pg)], right = (uint64_t)1 << index_of[oracle(&s, pg)];
-    plain_wrong += _ca_colour_classify_n(&s.base, &map, pg, wrong, 3, false) >= 0;
+    plain_wrong += _ca_colour_classify_n(&s.base, &map, pg, wrong, 3, 3, false) >= 0;
     strict_wrong += _ca_colour_classify(&s.base, &map, pg, wrong) >= 0;
     strict_right += _ca_colour_classify(&s.base, &map, pg, right) >= 0;
   }
@@ -232,8 +243,9 @@ int main(void) {
   test_pool();
   test_reduce(0);
   test_reduce(0.01);
-  test_discover(0);
-  test_discover(0.01);
+  test_discover(0, 40);
+  test_discover(0.01, 0);
+  test_discover(0, 40);
   test_profile();
   test_partial();
   return check_done("test_colour");
