@@ -38,7 +38,7 @@ size_t chromalloc_options_describe(char* buf, size_t size);
 void chromalloc_collect(void);
 
 /* ---- cache colours ----------------------------------------------------------------------- */
-/* A colour is the group of L2 sets one 4 KiB page maps to (32 on the development machine).
+/* A colour is the group of L2 sets one 4 KiB page maps to (16 or 32 on the development machines).
    chromalloc finds them by timing (docs/colours.md) and hands out memory made of pages of
    chosen colours, so that data that would pollute the cache can be kept in a small slice of it.
 

@@ -43,6 +43,7 @@ static struct {
   ca_page_source_t  src;         /* pages for eviction sets and references */
   pthread_t         worker;
   bool              worker_running;
+  uint32_t          generation;  /* sets registered so far: the worker plans again when it moves */
   pthread_mutex_t   wake_lock;
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped;
@@ -133,13 +134,24 @@ static bool route(void* page, int c) {
   return taken;
 }
 
-static bool pools_short(void) {
+/* Is a set short of stock, with the sets the worker planned for (generation `gen`)?  A set
+   registered since has no colours yet: stocking for the old plan would never fill it (and
+   kept classifying, 1.7 million pages in two minutes, holding the rejected frames). */
+static bool pools_short(uint32_t gen) {
   bool any = false;
   _ca_lock(&L.lock);
   for (int i = 1; i <= CA_COLOUR_SETS; i++)
     if (L.sets[i].used && L.sets[i].pool.count < L.sets[i].target) any = true;
+  if (L.generation != gen) any = false;
   _ca_unlock(&L.lock);
   return any;
+}
+
+static bool replan(uint32_t gen) {
+  _ca_lock(&L.lock);
+  bool moved = L.generation != gen;
+  _ca_unlock(&L.lock);
+  return moved;
 }
 
 static uint64_t classify_mask(void) {
@@ -287,7 +299,7 @@ static void* worker_main(void* arg) {
   for (;;) {
     /* the colours the registered sets need, and their eviction sets */
     _ca_lock(&L.lock);
-    uint32_t need = colours_needed();
+    uint32_t need = colours_needed(), gen = L.generation;
     _ca_unlock(&L.lock);
     for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
       _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, NULL);
@@ -302,7 +314,7 @@ static void* worker_main(void* arg) {
        the very same frames (of the wrong colours) back in the next chunk. */
     uint64_t mask = classify_mask();
     ca_page_pool_t rejected = {0};
-    while (pools_short()) {
+    while (pools_short(gen)) {
       uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
       if (chunk == NULL) break;
       for (size_t b = 0; b < STOCK_CHUNK; b += BATCH) {
@@ -317,7 +329,7 @@ static void* worker_main(void* arg) {
         if (!trusted) L.batches_dropped++;
         for (size_t i = 0; i < BATCH; i++) {
           uint8_t* page = chunk + (b + i) * CA_OS_PAGE;
-          if (!trusted || !pools_short() || !route(page, colour[i])) _ca_pool_push(&rejected, page);
+          if (!trusted || !pools_short(gen) || !route(page, colour[i])) _ca_pool_push(&rejected, page);
         }
       }
       pthread_mutex_lock(&L.wake_lock);
@@ -329,7 +341,7 @@ static void* worker_main(void* arg) {
     if (_ca_clock_ms() - last_verify > 2000) { verify_sample(&rng); last_verify = _ca_clock_ms(); }
     /* sleep until a pool runs low or a set is added */
     pthread_mutex_lock(&L.wake_lock);
-    if (!pools_short()) {
+    if (!pools_short(gen) && !replan(gen)) {
       struct timespec t;
       clock_gettime(CLOCK_REALTIME, &t);
       t.tv_sec += 2;
@@ -397,6 +409,7 @@ int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
     if (!L.sets[i].used) {
       L.sets[i] = (ca_colour_set_t){ .used = true, .from = from, .to = to, .den = den,
                                      .target = (size_t)_ca_opt(CA_OPT_COLOUR_POOL) * 256 };
+      L.generation++;
       id = i;
     }
   bool start = id > 0 && !L.worker_running;

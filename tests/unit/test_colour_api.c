@@ -1,7 +1,8 @@
 /* The colour API as a program uses it, on whatever machine runs the test: misuse is rejected
    with the documented errno; coloured memory can be used, realloc'ed and freed with free()
-   whether or not colours can be controlled here; when the layer becomes ready, coloured
-   blocks really are of the set's colours (a live check independent of how they were chosen)
+   whether or not colours can be controlled here; when the layer becomes ready, a second set
+   registered while the first is being stocked is stocked too, coloured blocks really are of
+   the set's colours (a live check independent of how they were chosen)
    and recolouring keeps a concurrently written page's data.  Run again with colours=0 and with
    a machine profile that says colours are not controllable: the same program keeps working
    with ordinary memory. */
@@ -86,6 +87,11 @@ int main(int argc, char** argv) {
   }
   int colours = chromalloc_colour_count();
   CHECK(colours >= 8);
+  /* a set registered while the worker still stocks the first one gets stock too (the worker
+     used to go on stocking for the sets it had planned, and this one waited forever) */
+  int other = chromalloc_colours(0, 1, 8, 8);
+  CHECK(other >= 1 && other != set);
+  CHECK_EQ(chromalloc_colours_prepare(other, 256u << 10, 30000), 0);
   use(set);
   /* a coloured block's pages are of the set's colours: [0, colours/8) */
   char* block = chromalloc_malloc_coloured(64 * 4096, set);
