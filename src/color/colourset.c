@@ -197,17 +197,18 @@ static void verify_sample(uint64_t* rng) {
    first few colours' sets, and each set claims about one page in `colours`.  Cache geometries
    have power-of-two colour counts, so the estimate is rounded to one.  A busy moment can make
    every set claim almost every page (an estimate of 4 colours for 32 was seen once in ten
-   runs), or claim too few (64 for 32): see estimate_colours.  A page counts as claimed after
-   two confirming tests of the plain kind, not the three "fully evicted" tests that fill pools:
-   every further or stricter test also loses true positives on a busy host, which biases the
-   count up (64 for 32 in 1 of 20 processes with three; 32 for 16 in 1 of 2 with the strict kind). */
+   runs), or claim too few (64 for 32): see estimate_colours.  A page counts as claimed when
+   the first of three tests of the plain kind and two of them say so, not the three "fully
+   evicted" tests that fill pools: every further or stricter test also loses true positives on
+   a busy host, which biases the count up (64 for 32 in 1 of 20 processes with three in a row;
+   32 for 16 in 1 of 2 with the strict kind; on the Zen 5 host one plain test in 20 reads low). */
 static uint32_t estimate_once(void) {
   enum { SAMPLE = 2 * STOCK_CHUNK };
   uint8_t* chunk = _ca_pool_supply(SAMPLE);
   if (chunk == NULL) return 0;
   uint32_t claimed = 0;
   for (size_t i = 0; i < SAMPLE; i++)
-    claimed += _ca_colour_classify_n(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0, 2, 2, false) >= 0;
+    claimed += _ca_colour_classify_n(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, false) >= 0;
   _ca_os_unmap(chunk, SAMPLE * CA_OS_PAGE);
   if (claimed == 0) return 0;
   double est = (double)L.map.ncolours * SAMPLE / claimed;
