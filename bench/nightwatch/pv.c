@@ -37,6 +37,9 @@
    --no-polluter (frames, requests): skip the polluter buffers: the victim alone, the best case.
    --confine (frames, under chromalloc): the frame buffer from the first 1/8 of the L2 colours,
    asked for with chromalloc_malloc_coloured: what restrictive mapping can do here at best.
+   --protect (frames, under chromalloc): the victim array from the other 7/8 of the colours
+   (with --confine: a pollute buffer as ROCS has it, where nothing else uses the polluter's
+   colours; NightWatch's open mapping is ordinary memory, which has 1/8 of its pages there).
    --seed=N changes the data (and the checksum).
    --settle-ms=N (frames, requests, neutral, victims): sleep N ms after the first 20 frames,
    which are then left out of the statistics, as is the sleep from total_s: the steady state of
@@ -71,7 +74,7 @@ static unsigned long site_calls[S_N];
 
 static long opt_victim_kib = -1, opt_buf_kib = -1, opt_frames = -1, opt_seed = 1;
 static double opt_seconds = 4.0;
-static int opt_no_polluter = 0, opt_pin = 0, opt_confine = 0;
+static int opt_no_polluter = 0, opt_pin = 0, opt_confine = 0, opt_protect = 0;
 static long opt_settle_ms = 0;
 
 static long parse_num(const char* s, const char* name, long min) {
@@ -90,6 +93,7 @@ static void parse_options(int argc, char** argv) {
     if (strcmp(a, "--no-polluter") == 0) opt_no_polluter = 1;
     else if (strcmp(a, "--pin") == 0) opt_pin = 1;
     else if (strcmp(a, "--confine") == 0) opt_confine = 1;
+    else if (strcmp(a, "--protect") == 0) opt_protect = 1;
     else if (strncmp(a, "--settle-ms=", 12) == 0) opt_settle_ms = parse_num(v, "settle-ms", 0);
     else if (strncmp(a, "--victim-kib=", 13) == 0) opt_victim_kib = parse_num(v, "victim-kib", 8);
     else if (strncmp(a, "--buf-kib=", 10) == 0) opt_buf_kib = parse_num(v, "buf-kib", 4);
@@ -203,23 +207,24 @@ static void report(const char* name, samples_t* s, size_t skip, double total_s, 
 
 /* ---- the polluter: a buffer from its own call site, written, read once, freed ------------- */
 
-/* --confine: the buffer from chromalloc's first 1/8 of the L2 colours, asked for explicitly (no
-   learning, no monitoring): what restrictive mapping can do for this workload at best */
-static void* (*confine_alloc)(size_t, int);
+/* --confine / --protect: memory from a slice of chromalloc's L2 colours, asked for explicitly
+   (no learning, no monitoring): what colouring can do for this workload at best */
+static void* (*coloured_alloc)(size_t, int);
 static int confine_id = -1;
 
-static void confine_init(size_t bytes) {
+static int coloured_init(unsigned from, unsigned to, size_t bytes, const char* what) {
   int (*colours)(unsigned, unsigned, unsigned, unsigned) = (int (*)(unsigned, unsigned, unsigned, unsigned))dlsym(RTLD_DEFAULT, "chromalloc_colours");
   int (*prepare)(int, size_t, int) = (int (*)(int, size_t, int))dlsym(RTLD_DEFAULT, "chromalloc_colours_prepare");
-  confine_alloc = (void* (*)(size_t, int))dlsym(RTLD_DEFAULT, "chromalloc_malloc_coloured");
-  if (!colours || !prepare || !confine_alloc) fail("--confine needs chromalloc");
-  confine_id = colours(0, 0, 1, 8);
-  if (confine_id < 0 || prepare(confine_id, bytes + 4096, 120000) != 0) fail("--confine: no stock of 1/8 of the L2 (errno %d)", errno);
+  coloured_alloc = (void* (*)(size_t, int))dlsym(RTLD_DEFAULT, "chromalloc_malloc_coloured");
+  if (!colours || !prepare || !coloured_alloc) fail("%s needs chromalloc", what);
+  int id = colours(0, from, to, 8);
+  if (id < 0 || prepare(id, bytes + 4096, 120000) != 0) fail("%s: no stock of %u/8 of the L2 (errno %d)", what, to - from, errno);
+  return id;
 }
 
 NOINLINE static uint64_t* frame_buffer(size_t bytes) {
   SITE(S_FRAME);
-  uint64_t* p = confine_id >= 0 ? confine_alloc(bytes, confine_id) : malloc(bytes);
+  uint64_t* p = confine_id >= 0 ? coloured_alloc(bytes, confine_id) : malloc(bytes);
   return check_alloc(p, bytes);
 }
 
@@ -247,7 +252,8 @@ typedef struct { uint32_t next, pad; uint64_t key; uint64_t payload[6]; } node_t
 
 NOINLINE static node_t* victim_alloc(size_t bytes) {
   SITE(S_VICTIM);
-  node_t* p = malloc(bytes);
+  int id = opt_protect ? coloured_init(1, 8, bytes, "--protect") : -1;   /* sets coloured_alloc */
+  node_t* p = id >= 0 ? coloured_alloc(bytes, id) : malloc(bytes);
   return check_alloc(p, bytes);
 }
 
@@ -286,7 +292,7 @@ static void run_frames(void) {
   rng_t r = rng_seed((uint64_t)opt_seed);
   size_t n = vkib * 1024 / sizeof(node_t);
   node_t* v = make_victim(n, &r);
-  if (opt_confine && !opt_no_polluter) confine_init(bkib * 1024);
+  if (opt_confine && !opt_no_polluter) confine_id = coloured_init(0, 1, bkib * 1024, "--confine");
   uint32_t pos = 0;
   uint64_t check = 0;
   samples_t s = samples((size_t)frames);

@@ -193,6 +193,13 @@ static void verify_sample(uint64_t* rng) {
   }
 }
 
+/* Power of two nearest to n (geometric rounding: 12 -> 16, 24 -> 32). */
+static uint32_t round_colours(uint32_t n) {
+  uint32_t c = 1;
+  while (c * 2 <= CA_COLOURS_MAX && (double)c * 1.41421356 < (double)n) c *= 2;
+  return c;
+}
+
 /* Without a profile the colour count is estimated: random pages are classified against the
    first few colours' sets, and each set claims about one page in `colours`.  Cache geometries
    have power-of-two colour counts, so the estimate is rounded to one.  A busy moment can make
@@ -211,27 +218,20 @@ static uint32_t estimate_once(void) {
     claimed += _ca_colour_classify_n(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, false) >= 0;
   _ca_os_unmap(chunk, SAMPLE * CA_OS_PAGE);
   if (claimed == 0) return 0;
-  double est = (double)L.map.ncolours * SAMPLE / claimed;
-  uint32_t c = 1;
-  while (c * 2 <= CA_COLOURS_MAX && (double)c * 1.41421356 < est) c *= 2;
-  return c;
-}
-
-static uint32_t median3(const uint32_t* e) {
-  uint32_t lo = e[0] < e[1] ? e[0] : e[1], hi = e[0] < e[1] ? e[1] : e[0];
-  return e[2] < lo ? lo : e[2] > hi ? hi : e[2];
+  return round_colours((uint32_t)((double)L.map.ncolours * SAMPLE / claimed + 0.5));
 }
 
 /* `expected` is what sysfs's geometry implies: one of up to six estimates agreeing with it
-   settles it (a noisy estimate is off by a factor of two, a real difference is off every time),
-   else the median of the last three measured stands. */
-static uint32_t estimate_colours(uint32_t expected) {
-  uint32_t e[3];
-  for (int i = 0; i < 6; i++) {
-    e[i % 3] = estimate_once();
-    if (e[i % 3] == expected) return expected;
-  }
-  return median3(e);
+   settles it (a noisy estimate is off by a factor of two).  When none does, the estimate is
+   not trusted (on the Zen 5 host 3 processes in 8 estimated 8 or 64 colours for 16: pages
+   partly evicted by another colour's set inflate the claims, and missed tests deflate them):
+   the colours are then counted the way `chromalloc calibrate` counts them, by discovering all
+   of them (10-25 s of the worker's time here), and the count rounded to a power of two. */
+static uint32_t estimate_colours(uint32_t expected, uint64_t* rng) {
+  for (int i = 0; i < 6; i++)
+    if (estimate_once() == expected) return expected;
+  _ca_colour_discover(&L.probe.base, &L.map, &L.src, 0, expected, 60000, rng, NULL);
+  return L.map.ncolours >= 2 ? round_colours(L.map.ncolours) : 0;
 }
 
 static bool calibrate_or_load(uint64_t* rng) {
@@ -272,7 +272,7 @@ static bool calibrate_or_load(uint64_t* rng) {
       if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
     }
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
-    L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected) : 0;
+    L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, rng) : 0;
     if (L.cal.colours < L.map.ncolours) { set_state(CA_COLOURS_UNAVAILABLE, "could not measure the colours of the L2"); return false; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
   }
