@@ -36,7 +36,7 @@ CONFIGS = ["alone", "ordinary", "coloured", "naive"]
 
 def build(cc):
     BUILD.mkdir(parents=True, exist_ok=True)
-    for prog in ("pollute", "recolour"):
+    for prog in ("pollute", "recolour", "confine"):   # confine: a tool for docs, not run here
         cmd = [cc, "-O2", "-std=gnu11", "-pthread", "-Wall", "-Wextra", f"-I{ROOT / 'include'}",
                "-o", str(BUILD / prog), str(ROOT / "bench" / "colour" / f"{prog}.c"),
                f"-L{LIB.parent}", f"-Wl,-rpath,{LIB.parent}", "-lchromalloc"]

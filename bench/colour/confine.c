@@ -1,0 +1,92 @@
+/* confine: does confining a polluter to 1/8 of the L2 colours help a victim in ordinary memory?
+   Not part of the benchmark's table (colour.py builds it, never runs it): the tool behind
+   docs/nightwatch.md's "Why confining the polluter does not pay here".
+   A victim of 384 KiB (64-byte nodes in one random cycle, as pv frames' victim on a 1 MiB L2) is
+   chased once per frame after a pass over a 3 MiB polluter buffer allocated once (its pages
+   stay the same: no allocator effects).  The pass writes the buffer, reads it, or both.
+   Usage: confine MODE POLLUTER VICTIM [FRAMES=1500]
+     MODE      wr | r | w | none   (the polluter's pass; none: the victim alone)
+     POLLUTER  ordinary | eighth   (eighth: chromalloc_malloc_coloured from colours 0/8-1/8)
+     VICTIM    ordinary | rest     (rest: from the other 7/8 of the colours)
+   Output: CONFINE mode=.. polluter=.. victim=.. victim_ns=<median over frames> p10=.. p90=..
+   Needs chromalloc (linked with -lchromalloc). */
+#define _GNU_SOURCE
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <errno.h>
+#include <time.h>
+#include "chromalloc.h"
+
+typedef struct { uint32_t next, pad; uint64_t key; uint64_t payload[6]; } node_t;
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int cmpd(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static void fail(const char* msg) {
+  fprintf(stderr, "confine: %s\n", msg);
+  exit(1);
+}
+
+/* size bytes from the colour slice [from/8, to/8), stocked first */
+static void* coloured(size_t size, unsigned from, unsigned to) {
+  int id = chromalloc_colours(0, from, to, 8);
+  if (id < 0 || chromalloc_colours_prepare(id, size + 8192, 120000) != 0) {
+    fprintf(stderr, "confine: no stock of colours %u/8-%u/8 (errno %d)\n", from, to, errno);
+    exit(1);
+  }
+  return chromalloc_malloc_coloured(size, id);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 4) fail("usage: confine wr|r|w|none ordinary|eighth ordinary|rest [FRAMES]");
+  const char* mode = argv[1];
+  bool eighth = strcmp(argv[2], "eighth") == 0, rest = strcmp(argv[3], "rest") == 0;
+  if (strspn(mode, "wr") != strlen(mode) && strcmp(mode, "none") != 0) fail("MODE is wr, r, w or none");
+  if (!eighth && strcmp(argv[2], "ordinary") != 0) fail("POLLUTER is ordinary or eighth");
+  if (!rest && strcmp(argv[3], "ordinary") != 0) fail("VICTIM is ordinary or rest");
+  long frames = argc > 4 ? strtol(argv[4], NULL, 10) : 1500;
+  if (frames < 1) fail("FRAMES must be positive");
+  size_t vbytes = 384u << 10, bbytes = 3u << 20, n = vbytes / sizeof(node_t);
+  bool pollute = strcmp(mode, "none") != 0;
+  uint64_t* buf = pollute ? (eighth ? coloured(bbytes, 0, 1) : malloc(bbytes)) : NULL;
+  node_t* v = rest ? coloured(vbytes, 1, 8) : malloc(vbytes);
+  uint32_t* perm = malloc(n * sizeof *perm);
+  double* ns = malloc((size_t)frames * sizeof *ns);
+  if ((pollute && !buf) || !v || !perm || !ns) fail("out of memory");
+  if (pollute) memset(buf, 1, bbytes);
+  uint64_t r = 88172645463325252ull;
+  for (size_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
+  for (size_t i = n - 1; i > 0; i--) {            /* Sattolo: one cycle through all nodes */
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    size_t j = r % i;
+    uint32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+  }
+  for (size_t i = 0; i < n; i++) { v[i].next = perm[i]; v[i].key = i; }
+  uint64_t sum = 0;
+  uint32_t pos = 0;
+  size_t words = bbytes / 8;
+  for (long f = 0; f < frames; f++) {
+    if (pollute && strchr(mode, 'w')) for (size_t i = 0; i < words; i++) buf[i] = (uint64_t)f + i * 0x9e3779b97f4a7c15ull;
+    if (pollute && strchr(mode, 'r')) for (size_t i = 0; i < words; i++) sum += buf[i] ^ (buf[i] >> 29);
+    uint64_t t0 = now_ns();
+    uint32_t i = pos;
+    for (size_t k = 0; k < n; k++) { i = v[i].next; sum += v[i].key; }
+    pos = i;
+    ns[f] = (double)(now_ns() - t0) / (double)n;
+  }
+  qsort(ns, (size_t)frames, sizeof *ns, cmpd);
+  printf("CONFINE mode=%s polluter=%s victim=%s victim_ns=%.2f p10=%.2f p90=%.2f (sum %llu)\n", mode, argv[2], argv[3],
+         ns[frames / 2], ns[frames / 10], ns[frames * 9 / 10], (unsigned long long)(sum & 0xff));
+  return 0;
+}
