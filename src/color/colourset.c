@@ -285,12 +285,12 @@ static bool calibrate_or_load(uint64_t* rng) {
     /* thresholds measured while the program streams memory on the other core can be wrong for
        good (pv frames: no set in 20 s, 3 runs of 6): when a few seconds find no new colour,
        measure them again */
+    uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
     for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
       uint32_t had = L.map.ncolours;
-      _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, 32, 3000, rng, NULL);
+      _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, NULL);
       if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
     }
-    uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
     L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, rng) : 0;
     if (L.cal.colours < L.map.ncolours) { set_state(CA_COLOURS_UNAVAILABLE, "could not measure the colours of the L2"); return false; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
