@@ -10,53 +10,29 @@
      VICTIM    ordinary | rest     (rest: from the other 7/8 of the colours)
    Output: CONFINE mode=.. polluter=.. victim=.. victim_ns=<median over frames> p10=.. p90=..
    Needs chromalloc (linked with -lchromalloc). */
-#define _GNU_SOURCE
+#include "../src/bench.h"
+#include <chromalloc.h>
 #include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <stdint.h>
-#include <string.h>
-#include <errno.h>
-#include <time.h>
-#include "chromalloc.h"
 
 typedef struct { uint32_t next, pad; uint64_t key; uint64_t payload[6]; } node_t;
-
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static int cmpd(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static void fail(const char* msg) {
-  fprintf(stderr, "confine: %s\n", msg);
-  exit(1);
-}
 
 /* size bytes from the colour slice [from/8, to/8), stocked first */
 static void* coloured(size_t size, unsigned from, unsigned to) {
   int id = chromalloc_colours(0, from, to, 8);
-  if (id < 0 || chromalloc_colours_prepare(id, size + 8192, 120000) != 0) {
-    fprintf(stderr, "confine: no stock of colours %u/8-%u/8 (errno %d)\n", from, to, errno);
-    exit(1);
-  }
+  if (id < 0 || chromalloc_colours_prepare(id, size + 8192, 120000) != 0)
+    fail("no stock of colours %u/8-%u/8 (errno %d)", from, to, errno);
   return chromalloc_malloc_coloured(size, id);
 }
 
 int main(int argc, char** argv) {
+  bench_name = "confine";
   if (argc < 4) fail("usage: confine wr|r|w|none ordinary|eighth ordinary|rest [FRAMES]");
   const char* mode = argv[1];
   bool eighth = strcmp(argv[2], "eighth") == 0, rest = strcmp(argv[3], "rest") == 0;
   if (strspn(mode, "wr") != strlen(mode) && strcmp(mode, "none") != 0) fail("MODE is wr, r, w or none");
   if (!eighth && strcmp(argv[2], "ordinary") != 0) fail("POLLUTER is ordinary or eighth");
   if (!rest && strcmp(argv[3], "ordinary") != 0) fail("VICTIM is ordinary or rest");
-  long frames = argc > 4 ? strtol(argv[4], NULL, 10) : 1500;
-  if (frames < 1) fail("FRAMES must be positive");
+  long frames = arg_long(argc, argv, 4, 1500, 1);
   size_t vbytes = 384u << 10, bbytes = 3u << 20, n = vbytes / sizeof(node_t);
   bool pollute = strcmp(mode, "none") != 0;
   uint64_t* buf = pollute ? (eighth ? coloured(bbytes, 0, 1) : malloc(bbytes)) : NULL;
@@ -65,11 +41,10 @@ int main(int argc, char** argv) {
   double* ns = malloc((size_t)frames * sizeof *ns);
   if ((pollute && !buf) || !v || !perm || !ns) fail("out of memory");
   if (pollute) memset(buf, 1, bbytes);
-  uint64_t r = 88172645463325252ull;
+  rng_t r = rng_seed(1);
   for (size_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
   for (size_t i = n - 1; i > 0; i--) {            /* Sattolo: one cycle through all nodes */
-    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-    size_t j = r % i;
+    size_t j = rng_range(&r, 0, i - 1);
     uint32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
   }
   for (size_t i = 0; i < n; i++) { v[i].next = perm[i]; v[i].key = i; }
@@ -85,7 +60,7 @@ int main(int argc, char** argv) {
     pos = i;
     ns[f] = (double)(now_ns() - t0) / (double)n;
   }
-  qsort(ns, (size_t)frames, sizeof *ns, cmpd);
+  qsort(ns, (size_t)frames, sizeof *ns, cmp_double);
   printf("CONFINE mode=%s polluter=%s victim=%s victim_ns=%.2f p10=%.2f p90=%.2f (sum %llu)\n", mode, argv[2], argv[3],
          ns[frames / 2], ns[frames / 10], ns[frames * 9 / 10], (unsigned long long)(sum & 0xff));
   return 0;

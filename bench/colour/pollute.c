@@ -20,7 +20,6 @@
 #include <time.h>
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-static int cmpd(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y; }
 
 /* a ring through every line of the pages, in random order */
 static void* make_ring(char** pages, size_t npages, rng_t* r) {
@@ -50,7 +49,7 @@ static double victim_ns(void* ring, size_t nlines, char** pol, size_t npol, int 
     v[k] = (now() - t0) / (double)nlines * 1e9;
   }
   if (p == NULL) fail("ring broken");
-  qsort(v, (size_t)passes, sizeof *v, cmpd);
+  qsort(v, (size_t)passes, sizeof *v, cmp_double);
   return v[passes / 2];
 }
 

@@ -27,7 +27,6 @@ static void* writer(void* arg) {
 }
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-static int cmpd(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y; }
 
 int main(void) {
   bench_name = "recolour";
@@ -52,7 +51,7 @@ int main(void) {
     if (buf[i * 512] != rounds_written && buf[i * 512] != rounds_written + 1)
       fail("page %zu: counter %lu, writer made %lu rounds", i, buf[i * 512], rounds_written);
   if (n == 0) fail("nothing was recoloured");
-  qsort(us, n, sizeof *us, cmpd);
+  qsort(us, n, sizeof *us, cmp_double);
   printf("RECOLOUR %zu %.2f %.2f\n", n, us[n / 2], us[n * 9 / 10]);
   printf("RESULT recolour %zu\n", n);
   free(buf);

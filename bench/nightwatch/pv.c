@@ -135,11 +135,6 @@ static long def_count(long v, long d) { return v < 0 ? d : v; }
 
 /* ---- timing ------------------------------------------------------------------------------- */
 
-static int cmpd(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 typedef struct { double* v; size_t n, cap; double sum_s; } samples_t;
 
 /* room for `n` samples up front: no allocation between the timed phases */
@@ -193,7 +188,7 @@ static void report(const char* name, samples_t* s, size_t skip, double total_s, 
   double* v = s->v + (s->n - n);
   double med = 0, p10 = 0, p90 = 0;
   if (n) {
-    qsort(v, n, sizeof *v, cmpd);
+    qsort(v, n, sizeof *v, cmp_double);
     med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
     p10 = v[n / 10];
     p90 = v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];

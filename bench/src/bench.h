@@ -1,6 +1,6 @@
 /* Helpers shared by the benchmark programs: a fixed-seed PRNG and a hash for tags,
-   positional argument parsing, failure reporting, the small-block stamp and a monotonic
-   clock.  Include this header first in every benchmark (it selects the POSIX/GNU
+   positional argument parsing, failure reporting, the small-block stamp, a monotonic clock
+   and a qsort comparator for doubles (medians).  Include this header first in every benchmark (it selects the POSIX/GNU
    interfaces the programs use). */
 #ifndef BENCH_H
 #define BENCH_H
@@ -65,7 +65,7 @@ static inline void *check_alloc(void *p, size_t size)
 }
 
 /* Positional argument i (1-based) as an integer >= min, or def when absent. */
-static long arg_long(int argc, char **argv, int i, long def, long min)
+static inline long arg_long(int argc, char **argv, int i, long def, long min)
 {
     if (i >= argc)
         return def;
@@ -106,6 +106,13 @@ static inline uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* qsort comparator for doubles, ascending. */
+static inline int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 #endif

@@ -84,12 +84,6 @@ static void *chase(void *p, long steps)
     return p;
 }
 
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     bench_name = "mcache";
@@ -129,7 +123,7 @@ int main(int argc, char **argv)
         p = chase(p, steps);
         ns[run] = (double)(now_ns() - t0) / (double)steps;
     }
-    qsort(ns, RUNS, sizeof ns[0], by_value);
+    qsort(ns, RUNS, sizeof ns[0], cmp_double);
 
     unsigned long long pos = ((unsigned long long)steps / 4 + (unsigned long long)steps * RUNS) % BLOCKS;
     if ((uintptr_t)p != addr[pos])

@@ -16,12 +16,6 @@
 #define STEPS  2000000
 #define RUNS   7
 
-static int cmpd(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Parses STRIDE or STRIDE/K/GAP; exits with a message on anything else. */
 static void parse_layout(const char *arg, long *stride, long *every, long *gap)
 {
@@ -84,7 +78,7 @@ int main(int argc, char **argv)
         }
         if ((char *)p != b[(STEPS / 4 + (long)RUNS * STEPS) % blocks])
             fail("chase ended on the wrong block");
-        qsort(ns, RUNS, sizeof ns[0], cmpd);
+        qsort(ns, RUNS, sizeof ns[0], cmp_double);
         printf("STRIDES %s %d %ld %.3f\n", argv[a], __builtin_popcountll(seen), pages, ns[RUNS / 2]);
     }
     return 0;
