@@ -60,8 +60,8 @@ static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_
 }
 
 /* Colour of `page` among the colours in `mask`, or -1, a positive answer confirmed by `need` of
-   `confirm` tests, the first among them (of the stricter kind when `fully`).  `page` becomes a probe reference (its
-   contents are overwritten), so only pool pages are classified this way. */
+   `confirm` tests, the first among them (of the stricter kind when `fully`).  `page` becomes a
+   probe reference (its contents are overwritten), so only pool pages are classified this way. */
 int _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, bool fully) {
   p->prepare(p, page);
   for (uint32_t c = 0; c < map->ncolours; c++)
@@ -150,8 +150,8 @@ static uint32_t keep_alive(ca_colour_map_t* map, ca_page_source_t* src, const bo
    one set evicting the references of five colours, and two calibrations then agreed on 77-88%
    of pages (pages of a colour split between its duplicates).  Each pair is tested both ways,
    three times each (a conflict when two of the six say "evicts": a duplicate says it about six
-   times), and the set in the most conflicts goes first (so one set spanning five
-   colours costs one set, not five), until no conflict is left.  Sets below `first` are in use
+   times), and the set in the most conflicts goes first (so one set spanning five colours costs
+   one set, not five), until no conflict is left.  Sets below `first` are in use
    (pools hold pages by colour index) and stay.  Returns the number dropped. */
 static uint32_t prune(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src, uint32_t first) {
   static uint8_t yes[CA_COLOURS_MAX][CA_COLOURS_MAX];    /* set i evicted ref j yes[i][j] of 3 */
@@ -251,10 +251,11 @@ static void discover_until(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t
 }
 
 /* Discover colours until `want` are known (0: all of them: stop after many pages in a row fall
-   into known colours), or until `budget_ms` has passed, then drop duplicate or mixed sets
-   among the new ones (prune) and go on while some were dropped.  Building a set fails often when the core's other
-   hardware thread is busy (a try costs ~25 ms; 1 in 10 succeeds at worst here), so failures
-   only end the search through the time budget.  Returns the number known. */
+   into known colours), or until `budget_ms` has passed, then drop duplicate or colour-spanning
+   sets among the new ones (prune, drop_wide) and go on while some were dropped.  Building a set
+   fails often when the core's other hardware thread is busy (a try costs ~25 ms; 1 in 10
+   succeeds at worst here), so failures only end the search through the time budget.  Returns
+   the number known. */
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st) {

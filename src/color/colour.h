@@ -108,7 +108,7 @@ typedef struct ca_page_source_s {
 } ca_page_source_t;
 
 typedef struct ca_discovery_stats_s {
-  uint64_t set_builds, set_failures, duplicates;
+  uint64_t set_builds, set_failures, duplicates;   /* duplicates: sets dropped, duplicates or spanning colours */
   uint64_t set_build_ns, discover_ns;
 } ca_discovery_stats_t;
 

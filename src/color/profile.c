@@ -210,7 +210,7 @@ void _ca_calibration_summary(const ca_calibration_t* c, ca_buf_t* b) {
     ca_buf_u64(b, c->ways); ca_buf_str(b, " ways: the level measures "); human_bytes(b, c->measured_size);
     ca_buf_str(b, " ("); ca_buf_u64(b, c->discovery.set_builds); ca_buf_str(b, " eviction sets built, ");
     ca_buf_u64(b, c->discovery.set_failures); ca_buf_str(b, " failed, ");
-    ca_buf_u64(b, c->discovery.duplicates); ca_buf_str(b, " duplicates; ");
+    ca_buf_u64(b, c->discovery.duplicates); ca_buf_str(b, " dropped as duplicates or spanning colours; ");
     fixed2(b, c->discovery.set_builds ? (double)c->discovery.set_build_ns / 1e6 / (double)c->discovery.set_builds : 0);
     ca_buf_str(b, " ms per set; discovery "); fixed2(b, (double)c->discovery.discover_ns / 1e9); ca_buf_str(b, " s)");
     ca_buf_str(b, "\n  classify a page: "); fixed2(b, c->classify_restricted_us);
