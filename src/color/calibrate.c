@@ -74,15 +74,16 @@ int _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, u
 }
 
 /* Colour of a live page without writing to it: it replaces one member of each candidate set,
-   and the set still evicts that colour's reference only if the page has the colour. */
-int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask) {
+   and the set still evicts that colour's reference only if the page has the colour.  `need` of
+   `confirm` tests must say so (the strict kind when `fully`). */
+int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, bool fully) {
   void* trial[CA_WAYS_MAX];
   for (uint32_t c = 0; c < map->ncolours; c++) {
     if (!((mask >> c) & 1)) continue;
     memcpy(trial, map->set[c], map->ways * sizeof(void*));
     trial[0] = (void*)page;
     p->prepare(p, map->ref[c]);
-    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, CONFIRM, CONFIRM, true)) return (int)c;
+    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, confirm, need, fully)) return (int)c;
   }
   return -1;
 }

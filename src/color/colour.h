@@ -26,6 +26,8 @@
                   lazily, as the requested colour sets need them.
      recolour.c   move a live page to a frame of another colour: write-protect, copy, remap;
                   threads touching it meanwhile wait in the fault handler (trap.c).
+     protect.c    keep registered live ranges out of a colour set (a polluter's slice): the
+                  worker recolours their pages that lie in it.
      colourset.c  the public colour sets ("colours from/den to to/den of L2"), the flavours
                   the core allocates from, and the hooks that fill spans with pooled pages.
 
@@ -116,7 +118,7 @@ bool     _ca_page_source_init(ca_page_source_t* src, size_t npages);
 void     _ca_page_source_free(ca_page_source_t* src);
 int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
 int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, bool fully);
-int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask);
+int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, bool fully);
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st);
@@ -138,6 +140,7 @@ bool     _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
 void     _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
 void     _ca_pool_drop(void* page);
 size_t   _ca_pool_moved(void);
+void     _ca_pool_note_moved(size_t n);             /* recoloured pages: VMAs of their own for good */
 size_t   _ca_pool_moved_limit(void);
 
 /* ---- the layer at run time (colourset.c) and recolouring (recolour.c) ---------------------- */
@@ -151,6 +154,26 @@ void* _ca_colour_take_page(int id);
 void  _ca_colour_note_recolour(uint64_t ns);
 void  _ca_colour_stats_json(ca_buf_t* b);
 long  _ca_recolour(void* p, size_t len, int id);
+int   _ca_colour_in_set(const void* page, int id);
+void  _ca_colour_protect_init(size_t max_bytes, size_t budget_pages);
+int   _ca_colour_move_to(void* page, int id);
+
+/* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
+typedef struct ca_protect_ops_s {
+  int (*in_set)(const void* page, int id);     /* 1: of set id's colours, 0: not, -1: cannot tell now */
+  int (*move)(void* page, int id);             /* 1: moved to set id, 0: not now, -1: never (cap) */
+  bool (*resident)(const void* page);          /* the program has touched it (NULL: assume so) */
+} ca_protect_ops_t;
+
+void   _ca_protect_init(size_t max_bytes, size_t budget_pages);  /* ranges up to max_bytes, pages */
+void   _ca_protect_add(const void* key, void* p, size_t n);   /* whole pages of [p, p + n) */
+void   _ca_protect_remove(const void* key);                   /* waits while the worker is at it */
+void   _ca_protect_arm(int from, int to);
+bool   _ca_protect_armed(void);
+size_t _ca_protect_pages(void);                               /* pages of the ranges recorded */
+size_t _ca_protect_work(const ca_protect_ops_t* ops, size_t max_pages);   /* pages still pending */
+void   _ca_protect_fork_child(void);
+void   _ca_protect_stats_json(ca_buf_t* b);
 
 /* ---- a full calibration (calibrate.c): what `chromalloc calibrate` measures and saves ------ */
 typedef enum ca_colour_method_e {

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -298,6 +299,47 @@ static bool calibrate_or_load(uint64_t* rng) {
   return true;
 }
 
+/* Protection's test (worker only): is the live page of set id's colours?  The plain kind, two
+   of three: a page left in the polluter's colours costs the victim its lines, one moved for
+   nothing costs ~60 us. */
+int _ca_colour_in_set(const void* page, int id) {
+  if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
+  _ca_lock(&L.lock);
+  const ca_colour_set_t* s = &L.sets[id];
+  uint64_t m = s->used && !s->by_elimination ? s->mask : 0;
+  _ca_unlock(&L.lock);
+  if (m == 0 || (m >> L.map.ncolours) != 0) return -1;
+  return _ca_colour_of_live(&L.probe.base, &L.map, page, m, 3, 2, false) >= 0;
+}
+
+/* Protection's move: the live page to a pooled page of set id. */
+int _ca_colour_move_to(void* page, int id) {
+  if (_ca_pool_moved() >= _ca_pool_moved_limit()) return -1;
+  return _ca_recolour(page, CA_OS_PAGE, id) == 1;
+}
+
+/* mincore: a page never touched has no frame yet (reading it to time it would map the shared
+   zero page, whose colour says nothing about the page's future frame) */
+static bool page_resident(const void* page) {
+  unsigned char v = 0;
+  return mincore((void*)page, CA_OS_PAGE, &v) == 0 && (v & 1);
+}
+
+static const ca_protect_ops_t protect_ops = { _ca_colour_in_set, _ca_colour_move_to, page_resident };
+
+/* Protection's share of the worker (protect.c): up to `pages` pages of registered ranges, 8 per
+   quiet window; returns the pages still pending (1 when the moment is not quiet). */
+static size_t protect_some(size_t pages) {
+  size_t pending = 0;
+  for (size_t done = 0; _ca_protect_armed() && done < pages; done += 8) {
+    if (!quiet_window()) return 1;
+    size_t before = pending;
+    pending = _ca_protect_work(&protect_ops, 8);
+    if (pending == 0 || pending == before) break;     /* all done, or nothing due / no stock */
+  }
+  return pending;
+}
+
 static void* worker_main(void* arg) {
   /* background work: the program's threads come first (nice 19 for this thread) */
   setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
@@ -358,16 +400,19 @@ static void* worker_main(void* arg) {
       pthread_mutex_lock(&L.wake_lock);
       pthread_cond_broadcast(&L.wake);               /* waiters in chromalloc_colours_prepare */
       pthread_mutex_unlock(&L.wake_lock);
+      protect_some(64);                              /* a victim waits no longer than a chunk */
     }
     for (void* page; (page = _ca_pool_pop(&rejected)) != NULL;) _ca_os_purge(page, CA_OS_PAGE);
     if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
     if (_ca_clock_ms() - last_verify > 2000) { verify_sample(&rng); last_verify = _ca_clock_ms(); }
-    /* sleep until a pool runs low or a set is added */
+    size_t pending = protect_some(256);
+    /* sleep until a pool runs low or a set is added (briefly while ranges wait) */
     pthread_mutex_lock(&L.wake_lock);
     if (!pools_short(gen) && !replan(gen)) {
       struct timespec t;
       clock_gettime(CLOCK_REALTIME, &t);
-      t.tv_sec += 2;
+      if (pending) { t.tv_nsec += 20000000; if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; } }
+      else t.tv_sec += 2;
       pthread_cond_timedwait(&L.wake, &L.wake_lock, &t);
     }
     pthread_mutex_unlock(&L.wake_lock);
@@ -384,7 +429,8 @@ static void wake_worker(void) {
 /* ---- the core hooks ----------------------------------------------------------------------- */
 
 static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
-  if (flavour == 0 || flavour > CA_COLOUR_SETS) return false;
+  if (flavour == 0) { _ca_protect_add(base, base, bytes); return false; }   /* ordinary memory */
+  if (flavour > CA_COLOUR_SETS) return false;
   ca_colour_set_t* s = &L.sets[flavour];
   _ca_lock(&L.lock);
   bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && _ca_pool_fill(&s->pool, base, bytes);
@@ -400,7 +446,8 @@ static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
 }
 
 static void hook_span_released(void* base, size_t bytes, uint32_t flavour) {
-  if (flavour == 0 || flavour > CA_COLOUR_SETS) return;
+  if (flavour == 0) { _ca_protect_remove(base); return; }
+  if (flavour > CA_COLOUR_SETS) return;
   _ca_lock(&L.lock);
   _ca_pool_take_back(&L.sets[flavour].pool, base, bytes);
   _ca_unlock(&L.lock);
@@ -413,8 +460,24 @@ static void fork_child(void) {
   atomic_store_explicit(&L.lock.v, 0, ca_relaxed);
   for (int i = 1; i <= CA_COLOUR_SETS; i++) L.sets[i].pool.count = 0;
   L.worker_running = false;
+  _ca_protect_fork_child();
   if (atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY)
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
+}
+
+static void install_hooks(void) {
+  static _Atomic(bool) done;
+  if (atomic_exchange(&done, true)) return;
+  _ca_hooks_install(&colour_hooks);
+  pthread_atfork(NULL, NULL, fork_child);
+}
+
+/* Record ordinary spans and large objects of up to max_bytes, up to budget_pages, from now on,
+   to be kept out of a colour set once a policy arms protection (protect.c). */
+void _ca_colour_protect_init(size_t max_bytes, size_t budget_pages) {
+  if (_ca_opt(CA_OPT_COLOURS) == 0) return;
+  _ca_protect_init(max_bytes, budget_pages);
+  install_hooks();
 }
 
 /* ---- registering sets ------------------------------------------------------------------------ */
@@ -441,7 +504,7 @@ int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
   if (id < 0) { errno = ENOSPC; return -1; }
   if (start) {
     static bool once;
-    if (!once) { once = true; _ca_pool_init(); _ca_hooks_install(&colour_hooks); pthread_atfork(NULL, NULL, fork_child); }
+    if (!once) { once = true; _ca_pool_init(); install_hooks(); }
     int st = 0;
     atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
     pthread_attr_t a;
@@ -486,7 +549,7 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
 int _ca_colour_of(const void* p) {
   if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
-  return _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0);
+  return _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, true);
 }
 
 /* Take one pooled page of set id (for recolouring); NULL when the pool is empty. */
@@ -499,7 +562,14 @@ void* _ca_colour_take_page(int id) {
   return p;
 }
 
-void _ca_colour_note_recolour(uint64_t ns) { L.recolours++; L.recolour_ns += ns; }
+/* A page was recoloured: it is a VMA of its own from now on (pool.c caps those). */
+void _ca_colour_note_recolour(uint64_t ns) {
+  _ca_lock(&L.lock);
+  L.recolours++;
+  L.recolour_ns += ns;
+  _ca_pool_note_moved(1);
+  _ca_unlock(&L.lock);
+}
 
 /* ---- statistics ----------------------------------------------------------------------------- */
 
@@ -524,6 +594,8 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"recolours\":"); ca_buf_u64(b, L.recolours);
   ca_buf_str(b, ",\"recolour_us\":");
   ca_buf_fixed(b, L.recolours ? (int64_t)(L.recolour_ns / L.recolours / 10) : 0, 2);
+  ca_buf_str(b, ",\"protect\":");
+  _ca_protect_stats_json(b);
   ca_buf_str(b, ",\"sets\":[");
   bool first = true;
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {

@@ -127,4 +127,5 @@ void _ca_pool_drop(void* page) {
 }
 
 size_t _ca_pool_moved(void) { return moved_pages; }
+void   _ca_pool_note_moved(size_t n) { moved_pages += n; }
 size_t _ca_pool_moved_limit(void) { return moved_limit; }

@@ -96,6 +96,7 @@ typedef enum ca_option_e {
   CA_OPT_NIGHTWATCH,      /* the NightWatch policy */
   CA_OPT_NIGHTWATCH_MONITOR,  /* 1 = monitor every chunk (prediction checks) */
   CA_OPT_NIGHTWATCH_BUDGET,   /* per mille of the run time monitoring may take */
+  CA_OPT_NIGHTWATCH_PROTECT,  /* keep open objects out of the restrictive colours */
   CA_OPT_COUNT
 } ca_option_t;
 

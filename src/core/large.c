@@ -82,9 +82,10 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
      page, so it gets exactly the pages it covers */
   seg->large_size = flavour ? ((off + n + CA_OS_PAGE - 1) & ~(CA_OS_PAGE - 1)) - off : seg->size - off;
   account_alloc(seg);
-  uint8_t* page;
-  size_t bytes;
-  object_pages(seg, &page, &bytes);
+  /* the hook sees the pages the object covers (an ordinary object's mapping may be longer,
+     room to grow in place) */
+  uint8_t* page = (uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  size_t bytes = (((uintptr_t)p + n + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1)) - (uintptr_t)page;
   const ca_hooks_t* hk = _ca_hooks;
   bool filled = hk != NULL && hk->span_memory != NULL && hk->span_memory(page, bytes, flavour);
   seg->flavour = filled ? flavour : 0;

@@ -17,6 +17,11 @@
         verdict makes its context restrictive (two polluter verdicts), back to open when its
         verdict is normal, and only when it has lived SWITCH_AGE_MS (short-lived chunks are not
         worth moving: the next ones get the new prediction).
+     5. protection (option nightwatch_protect): open memory (spans and large objects up to the
+        L2's size, PROTECT_L2S times the L2 in all, oldest first) is recorded as the core hands
+        it out; once a restrictive chunk is placed, the colour worker moves its pages that lie
+        in the restrictive colours to the other 7/8 (color/protect.c), so that the confined
+        polluter can evict nothing of it.  Monitored chunks are left out (their pages trap).
    Chunks allocated by glibc itself (stdio and directory-stream buffers, which the kernel fills
    through glibc's internal, non-interposable system calls) are never monitored.
    Chunks below a page never reach `place` (the fast path stays the foundation's); see
@@ -38,6 +43,7 @@
 #define SWITCH_AGE_MS  20
 #define MAX_REPORTED   200
 #define TOUCH_NS       500                   /* first touch of a fresh page (a fault) */
+#define PROTECT_L2S    4                     /* open memory protected: this many times the L2 */
 
 typedef struct nw_ctx_s {                     /* NightWatch's view of one context (sites.c) */
   _Atomic(uint64_t) chunks, bytes, restrictive;
@@ -62,7 +68,7 @@ typedef struct nw_watched_s {                 /* a chunk being monitored */
 } nw_watched_t;
 
 static struct {
-  bool              on, monitor_all;
+  bool              on, monitor_all, protect;
   ca_lock_t         lock;                     /* contexts' verdict fields, watched[] */
   nw_ctx_t          ctx[CA_NW_CONTEXTS];
   nw_watched_t      watched[MAX_WATCHED];
@@ -209,6 +215,7 @@ static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8
   else atomic_fetch_sub_explicit(&NW.ctx[ctx].inflight, 1, ca_relaxed);
   _ca_unlock(&NW.lock);
   if (p == NULL) return NULL;
+  _ca_protect_remove((void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1)));   /* its pages will trap */
   bool started = _ca_monitor_start(p, n, (uint64_t)w);
   if (!started) {
     _ca_lock(&NW.lock); unwatch(w); _ca_unlock(&NW.lock);
@@ -256,6 +263,14 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
   atomic_store_explicit(&NW.switching, NULL, ca_release);
 }
 
+/* The first restrictive chunk: from now on the recorded open objects are kept out of the
+   restrictive colours, in pages of the other 7/8 (a colour set registered for that). */
+static void arm_protection(void) {
+  if (NW.restrict_id <= 0) return;
+  if (NW.open_id == 0) NW.open_id = _ca_colour_set(1, 8, 8);
+  if (NW.open_id > 0) _ca_protect_arm(NW.restrict_id, NW.open_id);
+}
+
 /* ---- the policy hooks -------------------------------------------------------------------- */
 static void* place(size_t n, bool zero, const void* frame, const void* ret) {
   if (busy) return NULL;                      /* the stack scan or a colour set allocating */
@@ -278,6 +293,7 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
       p = place_monitored(ctx, n, zero, m, flavour);
     }
     if (p == NULL && flavour != 0) p = alloc_mapped(n, zero, flavour, false);
+    if (flavour != 0 && NW.protect && !_ca_protect_armed()) arm_protection();
   }
   busy = false;
   return p;
@@ -311,12 +327,21 @@ void _ca_nightwatch_init(void) {
   NW.on = _ca_opt(CA_OPT_NIGHTWATCH) != 0 && _ca_opt(CA_OPT_COLOURS) != 0;
   NW.monitor_all = _ca_opt(CA_OPT_NIGHTWATCH_MONITOR) != 0;
   NW.budget_pm = (uint64_t)_ca_opt(CA_OPT_NIGHTWATCH_BUDGET);
+  NW.protect = _ca_opt(CA_OPT_NIGHTWATCH_PROTECT) != 0;
   NW.start_ns = _ca_clock_ns();
   if (NW.on) {
     _ca_nw_sites_init();
     _ca_context_init();
     _ca_policy_install(&policy);
     pthread_atfork(fork_prepare, fork_release, fork_release);
+    if (NW.protect) {
+      /* open memory that may be a victim: spans and objects up to the L2's size, PROTECT_L2S
+         times the L2 in all, oldest first */
+      size_t l2 = 0;
+      for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
+        if (_ca_machine.levels[i].level == 2) l2 = _ca_machine.levels[i].size;
+      if (l2) _ca_colour_protect_init(l2, PROTECT_L2S * l2 / CA_OS_PAGE);
+    }
   }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : "colours=0");
 }

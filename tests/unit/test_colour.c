@@ -6,10 +6,16 @@
    colour once, also when bursts of false "no" answers let duplicates slip past the check a new
    set gets (4% of tests starting a burst: without the pruning sweep 34 colours are found),
    classification agrees with the oracle, pages that share part of their sets with a second
-   colour stay out of its pool, and the profile JSON round-trips. */
+   colour stay out of its pool, and the profile JSON round-trips.  Protection (protect.c) runs
+   with a fake colour test and a fake move: exactly the pages of live, old enough ranges that
+   lie in the set are moved, once each; a removed range is never touched, and removing a range
+   waits while the worker is at one of its pages. */
 #include "check.h"
 #include "../../src/color/colour.h"
+#include "../../src/core/hooks.h"
 #include <sys/mman.h>
+#include <pthread.h>
+#include <time.h>
 
 typedef struct sim_s {
   ca_probe_t base;
@@ -238,6 +244,102 @@ static void test_partial(void) {
   free_source(&src);
 }
 
+/* ---- protection with a fake colour test and move ---------------------------------------- */
+#define PBASE ((uintptr_t)1 << 40)                /* fake page addresses, never touched */
+static uint8_t p_checked[512], p_moved[512];
+static int p_move_answer = 1, p_in_answer = 1;
+static _Atomic(int) p_slow;                       /* in_set sleeps this many ms */
+static _Atomic(int) p_inside;
+
+/* the process's own memory is recorded too (NightWatch records it from the start): those
+   pages are never "in the set" and are not counted */
+static bool p_fake(const void* page) { return (uintptr_t)page >= PBASE && (uintptr_t)page < PBASE + 512 * 4096; }
+static size_t p_index(const void* page) { return ((uintptr_t)page - PBASE) / 4096; }
+static bool p_in(const void* page) { return p_index(page) % 8 == 3; }   /* 1 page in 8 */
+static int fake_in_set(const void* page, int id) {
+  CHECK_EQ(id, 1);
+  if (!p_fake(page)) return 0;
+  atomic_store(&p_inside, 1);
+  int ms = atomic_load(&p_slow);
+  if (ms) { struct timespec t = { 0, ms * 1000000L }; nanosleep(&t, NULL); }
+  atomic_store(&p_inside, 0);
+  if (p_in_answer < 0) return -1;
+  p_checked[p_index(page)]++;
+  return p_in(page);
+}
+static int fake_move(void* page, int id) {
+  CHECK_EQ(id, 2);
+  if (p_move_answer == 1) p_moved[p_index(page)]++;
+  return p_move_answer;
+}
+static bool fake_resident(const void* page) { return !p_fake(page) || p_index(page) != 11; }   /* never touched */
+static const ca_protect_ops_t fake_ops = { fake_in_set, fake_move, fake_resident };
+static void* pg(size_t i) { return (void*)(PBASE + i * 4096); }
+static void sleep_ms(int ms) { struct timespec t = { 0, ms * 1000000L }; nanosleep(&t, NULL); }
+
+static void* remover(void* key) {
+  while (!atomic_load(&p_inside)) {}
+  _ca_protect_remove(key);
+  CHECK_EQ(atomic_load(&p_inside), 0);            /* returned only after the page was done */
+  return NULL;
+}
+
+static void test_protect(void) {
+  /* ranges A = pages 0..63, B = 64..95 (removed before it is looked at), C = 100..115 given
+     unaligned (only whole pages count: 101..115) */
+  _ca_hooks_install(NULL);                                  /* no more of the process's memory */
+  size_t own = _ca_protect_pages();
+  _ca_protect_init(64 * 4096, own + 64 + 32 + 15);         /* room for A, B and C */
+  _ca_protect_add(pg(300), pg(300), 65 * 4096);             /* too big a range: not recorded */
+  _ca_protect_add(pg(0), pg(0), 64 * 4096);
+  _ca_protect_add(pg(64), pg(64), 32 * 4096);
+  _ca_protect_add(pg(100), (uint8_t*)pg(100) + 8, 16 * 4096 - 8);
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);           /* not armed: nothing */
+  _ca_protect_arm(1, 2);
+  CHECK(_ca_protect_armed());
+  CHECK(_ca_protect_work(&fake_ops, 100000) > 0);             /* too young: pending, untouched */
+  for (int i = 0; i < 256; i++) CHECK_EQ(p_checked[i], 0);
+  sleep_ms(25);
+  _ca_protect_remove(pg(64));
+  p_in_answer = -1;                                         /* a noisy moment: nothing decided */
+  CHECK(_ca_protect_work(&fake_ops, 100000) > 0);
+  p_in_answer = 1;
+  p_move_answer = 0;                                        /* no stock: stops at the first in-set page */
+  CHECK(_ca_protect_work(&fake_ops, 100000) > 0);
+  CHECK_EQ(p_moved[3], 0);
+  p_move_answer = 1;
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
+  int moved = 0;
+  for (size_t i = 0; i < 256; i++) {
+    bool live = (i < 64 && i != 11) || (i >= 101 && i < 116);
+    CHECK_EQ(p_checked[i], live ? (i == 3 ? 2 : 1) : 0);   /* page 3 was tested again after "no stock" */
+    CHECK_EQ(p_moved[i], live && p_in(pg(i)) ? 1 : 0);
+    moved += p_moved[i];
+  }
+  CHECK_EQ(moved, 7 + 2);                                   /* A's in-set pages but 11, C's */
+  /* removing a range waits while the worker is at one of its pages */
+  _ca_protect_add(pg(200), pg(200), 4 * 4096);
+  sleep_ms(25);
+  atomic_store(&p_slow, 30);
+  pthread_t t;
+  pthread_create(&t, NULL, remover, pg(200));
+  _ca_protect_work(&fake_ops, 1);
+  pthread_join(t, NULL);
+  atomic_store(&p_slow, 0);
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
+  CHECK_EQ(p_checked[200] + p_checked[201] + p_checked[202] + p_checked[203], 1);
+  /* the move cap stops protection for good */
+  _ca_protect_add(pg(240), pg(240), 8 * 4096);             /* B's room: 64 + 15 + 8 pages now */
+  _ca_protect_add(pg(400), pg(400), 25 * 4096);            /* beyond the budget: not recorded */
+  sleep_ms(25);
+  p_move_answer = -1;
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
+  p_move_answer = 1;
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
+  CHECK_EQ(p_moved[243], 0);
+  for (size_t i = 300; i < 512; i++) CHECK_EQ(p_checked[i], 0);
+}
+
 int main(void) {
   require_chromalloc("test_colour");
   test_pool();
@@ -248,5 +350,6 @@ int main(void) {
   test_discover(0, 40);
   test_profile();
   test_partial();
+  test_protect();
   return check_done("test_colour");
 }

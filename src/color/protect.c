@@ -1,0 +1,181 @@
+/* Protection: keep live memory out of a colour set, so that what is confined there (a polluter)
+   can evict nothing else.  This is ROCS's pollute buffer (paper 004: no other data in the
+   polluter's slice) done the way hot-page colouring moves pages (paper 002: recolour live pages,
+   within a budget), without either paper's kernel.
+
+   Why it is needed here: NightWatch's restrictive mapping puts a polluter in 1/8 of the L2's
+   colours, but open memory, as ordinary pages, has 1/8 of its pages in those colours too.  On
+   the Zen 5 host a confined stream evicts that 1/8 completely, while an unconfined stream leaves
+   much of a hot working set in place, so confinement alone gains nothing (docs/nightwatch.md);
+   with the victim out of the polluter's colours it gains fully.
+
+   The registry holds ranges of ordinary memory as the core hands them out (spans and large
+   objects up to a size, through the colour layer's span hook), oldest first, up to a page
+   budget, before it is known whether anything will ever be confined; a range leaves it when the
+   core takes the memory back.  Once armed with (from, to), the colour worker goes through them
+   page by page: a resident page that the live colour test places in set `from` is recoloured
+   to a page of set `to`.  A range is looked at once, when it has lived AGE_MS (short-lived
+   memory is not worth it); pages the program has not touched by then are left alone.  Without
+   access bits in user space (page_idle needs root and a kernel option this host lacks), the
+   hot pages cannot be told from the cold ones: the budget (a few times the L2) and the oldest-
+   first order stand in for that, and the pages moved are capped (each is a VMA of its own, as
+   in pool.c).
+
+   Lifetime: the worker marks the range it is at as busy; removing a range waits for that page
+   to be done, so the worker never reads or moves a page the core has taken back. */
+#include "colour.h"
+
+#define RANGES   256                 /* live ranges recorded */
+#define AGE_MS   20                  /* a range is looked at once it has lived this long */
+
+typedef struct ca_prange_s {
+  const void* key;                   /* the chunk pointer it was recorded with */
+  uint8_t*    base;                  /* first whole page */
+  size_t      pages, next;           /* pages, and the next one to look at */
+  uint64_t    born_ms;
+} ca_prange_t;
+
+static struct {
+  ca_lock_t          lock;
+  ca_prange_t        r[RANGES];
+  uint32_t           n, cursor;
+  int                from, to;       /* armed when from > 0 */
+  bool               capped;         /* the move cap was reached: nothing more is moved */
+  size_t             max_bytes, budget, pages;   /* largest range, pages allowed, recorded */
+  _Atomic(const void*) busy;         /* key of the range whose page the worker is at */
+  uint64_t           recorded, full, checked, untouched, in_set, moved, unknown, ns;
+} P;
+
+void _ca_protect_init(size_t max_bytes, size_t budget_pages) {
+  _ca_lock(&P.lock);
+  P.max_bytes = max_bytes;
+  P.budget = budget_pages;
+  _ca_unlock(&P.lock);
+}
+
+void _ca_protect_add(const void* key, void* p, size_t n) {
+  uint8_t* base = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
+  uint8_t* end = (uint8_t*)(((uintptr_t)p + n) & ~(uintptr_t)(CA_OS_PAGE - 1));
+  size_t pages = end > base ? (size_t)(end - base) / CA_OS_PAGE : 0;
+  if (pages == 0 || n > P.max_bytes || P.pages + pages > P.budget) return;   /* unlocked: a hint */
+  _ca_lock(&P.lock);
+  if (P.n < RANGES && P.pages + pages <= P.budget) {
+    P.r[P.n++] = (ca_prange_t){ key, base, pages, 0, _ca_clock_ms() };
+    P.pages += pages;
+    P.recorded++;
+  } else {
+    P.full++;
+  }
+  _ca_unlock(&P.lock);
+}
+
+void _ca_protect_remove(const void* key) {
+  if (P.n == 0) return;
+  /* every span and large object freed comes here: look without the lock first (a range is
+     added and removed by the owner of its memory, never both at once) */
+  bool present = false;
+  for (uint32_t i = 0; i < RANGES && !present; i++) present = __atomic_load_n(&P.r[i].key, __ATOMIC_RELAXED) == key;
+  if (!present) return;
+  _ca_lock(&P.lock);
+  for (uint32_t i = 0; i < P.n; i++)
+    if (P.r[i].key == key) {
+      P.pages -= P.r[i].pages;
+      P.r[i] = P.r[--P.n];
+      P.r[P.n].key = NULL;
+      break;
+    }
+  _ca_unlock(&P.lock);
+  while (atomic_load_explicit(&P.busy, ca_acquire) == key) ca_cpu_relax();
+}
+
+void _ca_protect_arm(int from, int to) {
+  _ca_lock(&P.lock);
+  if (P.from <= 0) { P.from = from; P.to = to; }
+  _ca_unlock(&P.lock);
+}
+
+bool _ca_protect_armed(void) { return P.from > 0; }
+size_t _ca_protect_pages(void) { return P.pages; }
+
+/* The next page to look at, with its range marked busy; NULL when none is due.  `*pending`:
+   pages of ranges still to be looked at (due or not). */
+static uint8_t* next_page(const void** key, size_t* pending) {
+  uint8_t* page = NULL;
+  uint64_t now = _ca_clock_ms();
+  *pending = 0;
+  _ca_lock(&P.lock);
+  for (uint32_t k = 0; k < P.n; k++) {
+    ca_prange_t* r = &P.r[(P.cursor + k) % P.n];
+    *pending += r->pages - r->next;
+    if (page == NULL && r->next < r->pages && now - r->born_ms >= AGE_MS) {
+      page = r->base + r->next * CA_OS_PAGE;
+      *key = r->key;
+      P.cursor = (P.cursor + k) % P.n;
+      atomic_store_explicit(&P.busy, r->key, ca_release);
+    }
+  }
+  _ca_unlock(&P.lock);
+  return page;
+}
+
+/* The page is done: its range (if still there) moves on. */
+static void page_done(const void* key) {
+  _ca_lock(&P.lock);
+  for (uint32_t i = 0; i < P.n; i++)
+    if (P.r[i].key == key) { P.r[i].next++; break; }
+  _ca_unlock(&P.lock);
+  atomic_store_explicit(&P.busy, NULL, ca_release);
+}
+
+size_t _ca_protect_work(const ca_protect_ops_t* ops, size_t max_pages) {
+  size_t pending = 0;
+  if (P.from <= 0 || P.capped) return 0;
+  for (size_t done = 0; done < max_pages; done++) {
+    const void* key = NULL;
+    uint8_t* page = next_page(&key, &pending);
+    if (page == NULL) return pending;
+    uint64_t t0 = _ca_clock_ns();
+    bool touched = ops->resident == NULL || ops->resident(page);
+    int in = touched ? ops->in_set(page, P.from) : 0;
+    P.untouched += !touched;
+    int moved = in == 1 ? ops->move(page, P.to) : 1;
+    P.ns += _ca_clock_ns() - t0;
+    if (in < 0 || moved == 0) {                    /* cannot tell now, or no page to move to */
+      P.unknown += in < 0;
+      atomic_store_explicit(&P.busy, NULL, ca_release);
+      return pending;
+    }
+    P.checked++;
+    P.in_set += in == 1;
+    P.moved += in == 1 && moved > 0;
+    if (moved < 0) { P.capped = true; atomic_store_explicit(&P.busy, NULL, ca_release); return 0; }
+    page_done(key);
+    pending--;
+  }
+  return pending;
+}
+
+void _ca_protect_fork_child(void) {
+  /* the child's pages are copies with frames (colours) of their own: look at them again */
+  atomic_store_explicit(&P.lock.v, 0, ca_relaxed);
+  atomic_store_explicit(&P.busy, NULL, ca_relaxed);
+  for (uint32_t i = 0; i < P.n; i++) P.r[i].next = 0;
+}
+
+void _ca_protect_stats_json(ca_buf_t* b) {
+  ca_buf_str(b, "{\"armed\":"); ca_buf_str(b, P.from > 0 ? "true" : "false");
+  ca_buf_field_u64(b, "ranges", P.n);
+  ca_buf_field_u64(b, "ranges_recorded", P.recorded);
+  ca_buf_field_u64(b, "ranges_not_recorded", P.full);
+  ca_buf_field_u64(b, "pages", P.pages);
+  ca_buf_field_u64(b, "page_budget", P.budget);
+  ca_buf_field_u64(b, "pages_checked", P.checked);
+  ca_buf_field_u64(b, "pages_untouched", P.untouched);
+  ca_buf_field_u64(b, "pages_in_set", P.in_set);
+  ca_buf_field_u64(b, "pages_moved", P.moved);
+  ca_buf_field_u64(b, "undecided", P.unknown);
+  ca_buf_str(b, ",\"capped\":"); ca_buf_str(b, P.capped ? "true" : "false");
+  ca_buf_str(b, ",\"us_per_page\":");
+  ca_buf_fixed(b, P.checked ? (int64_t)(P.ns / P.checked / 10) : 0, 2);
+  ca_buf_char(b, '}');
+}
