@@ -168,9 +168,12 @@ typedef struct ca_protect_ops_s {
 void   _ca_protect_init(size_t max_bytes, size_t budget_pages);  /* ranges up to max_bytes, pages */
 void   _ca_protect_add(const void* key, void* p, size_t n);   /* whole pages of [p, p + n) */
 void   _ca_protect_remove(const void* key);                   /* waits while the worker is at it */
+void   _ca_protect_release(const void* p, size_t n);          /* drop ranges [p, p + n) touches */
 void   _ca_protect_arm(int from, int to);
 bool   _ca_protect_armed(void);
 size_t _ca_protect_pages(void);                               /* pages of the ranges recorded */
+bool   _ca_protect_recorded(void);                            /* any range recorded */
+size_t _ca_protect_pending(void);                             /* pages not looked at yet */
 size_t _ca_protect_work(const ca_protect_ops_t* ops, size_t max_pages);   /* pages still pending */
 void   _ca_protect_fork_child(void);
 void   _ca_protect_stats_json(ca_buf_t* b);

@@ -22,29 +22,47 @@
    in pool.c).
 
    Lifetime: the worker marks the range it is at as busy; removing a range waits for that page
-   to be done, so the worker never reads or moves a page the core has taken back. */
+   to be done, so the worker never reads or moves a page the core has taken back.  A range that
+   a system call's buffer, or the program's own mprotect/munmap/madvise, touches is dropped the
+   same way (monitor/syscalls.c): recolouring write-protects a page for a few microseconds, and
+   the kernel writing into it then would fail with EFAULT. */
 #include "colour.h"
 
 #define RANGES   256                 /* live ranges recorded */
 #define AGE_MS   20                  /* a range is looked at once it has lived this long */
 
 typedef struct ca_prange_s {
-  const void* key;                   /* the chunk pointer it was recorded with */
+  const void* key;                   /* what it was recorded with (NULL: a free slot) */
   uint8_t*    base;                  /* first whole page */
   size_t      pages, next;           /* pages, and the next one to look at */
   uint64_t    born_ms;
 } ca_prange_t;
 
+/* Slots never move, so a range can be looked for without the lock. */
 static struct {
   ca_lock_t          lock;
   ca_prange_t        r[RANGES];
-  uint32_t           n, cursor;
+  uint32_t           n, cursor;      /* ranges recorded; where the worker goes on */
   int                from, to;       /* armed when from > 0 */
   bool               capped;         /* the move cap was reached: nothing more is moved */
   size_t             max_bytes, budget, pages;   /* largest range, pages allowed, recorded */
+  uintptr_t          lo, hi;         /* every key and range recorded so far lies in [lo, hi) */
   _Atomic(const void*) busy;         /* key of the range whose page the worker is at */
-  uint64_t           recorded, full, checked, untouched, in_set, moved, unknown, ns;
+  uint64_t           recorded, full, released, checked, untouched, in_set, moved, unknown, ns;
 } P;
+
+static const void* key_at(uint32_t i) { return __atomic_load_n(&P.r[i].key, __ATOMIC_ACQUIRE); }
+
+/* Drop slot i (lock held). */
+static void drop(uint32_t i) {
+  P.pages -= P.r[i].pages;
+  P.n--;
+  __atomic_store_n(&P.r[i].key, NULL, __ATOMIC_RELEASE);
+}
+
+static void wait_idle(const void* key) {
+  while (atomic_load_explicit(&P.busy, ca_acquire) == key) ca_cpu_relax();
+}
 
 void _ca_protect_init(size_t max_bytes, size_t budget_pages) {
   _ca_lock(&P.lock);
@@ -59,8 +77,17 @@ void _ca_protect_add(const void* key, void* p, size_t n) {
   size_t pages = end > base ? (size_t)(end - base) / CA_OS_PAGE : 0;
   if (pages == 0 || n > P.max_bytes || P.pages + pages > P.budget) return;   /* unlocked: a hint */
   _ca_lock(&P.lock);
-  if (P.n < RANGES && P.pages + pages <= P.budget) {
-    P.r[P.n++] = (ca_prange_t){ key, base, pages, 0, _ca_clock_ms() };
+  uint32_t i = 0;
+  while (i < RANGES && P.r[i].key != NULL) i++;
+  if (i < RANGES && P.pages + pages <= P.budget) {
+    P.r[i] = (ca_prange_t){ NULL, base, pages, 0, _ca_clock_ms() };
+    __atomic_store_n(&P.r[i].key, key, __ATOMIC_RELEASE);
+    /* bounds of keys and pages; they only grow */
+    uintptr_t first = (uintptr_t)key < (uintptr_t)base ? (uintptr_t)key : (uintptr_t)base;
+    uintptr_t last = (uintptr_t)key >= (uintptr_t)end ? (uintptr_t)key + 1 : (uintptr_t)end;
+    if (P.lo == 0 || first < P.lo) P.lo = first;
+    if (last > P.hi) P.hi = last;
+    P.n++;
     P.pages += pages;
     P.recorded++;
   } else {
@@ -70,22 +97,38 @@ void _ca_protect_add(const void* key, void* p, size_t n) {
 }
 
 void _ca_protect_remove(const void* key) {
-  if (P.n == 0) return;
   /* every span and large object freed comes here: look without the lock first (a range is
-     added and removed by the owner of its memory, never both at once) */
-  bool present = false;
-  for (uint32_t i = 0; i < RANGES && !present; i++) present = __atomic_load_n(&P.r[i].key, __ATOMIC_RELAXED) == key;
-  if (!present) return;
+     added and removed by the owner of its memory, never both at once, and slots never move) */
+  if (P.n == 0 || (uintptr_t)key < P.lo || (uintptr_t)key >= P.hi) return;
+  for (uint32_t i = 0; i < RANGES; i++) {
+    if (key_at(i) != key) continue;
+    _ca_lock(&P.lock);
+    if (P.r[i].key == key) drop(i);
+    _ca_unlock(&P.lock);
+    wait_idle(key);
+    return;
+  }
+}
+
+/* The kernel is about to use [p, p + n) (a system call's buffer) or the program changes its
+   protection: the ranges it touches are dropped, so the worker never write-protects a page the
+   kernel may be writing (the copy of a recolouring would make the call fail with EFAULT). */
+void _ca_protect_release(const void* p, size_t n) {
+  uintptr_t lo = (uintptr_t)p, hi = n > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + n;
+  if (P.n == 0 || hi <= P.lo || lo >= P.hi) return;          /* unlocked: a hint (see remove) */
+  const void* gone[RANGES];
+  uint32_t ngone = 0;
   _ca_lock(&P.lock);
-  for (uint32_t i = 0; i < P.n; i++)
-    if (P.r[i].key == key) {
-      P.pages -= P.r[i].pages;
-      P.r[i] = P.r[--P.n];
-      P.r[P.n].key = NULL;
-      break;
+  for (uint32_t i = 0; i < RANGES; i++) {
+    ca_prange_t* r = &P.r[i];
+    if (r->key != NULL && (uintptr_t)r->base < hi && (uintptr_t)r->base + r->pages * CA_OS_PAGE > lo) {
+      gone[ngone++] = r->key;
+      P.released++;
+      drop(i);
     }
+  }
   _ca_unlock(&P.lock);
-  while (atomic_load_explicit(&P.busy, ca_acquire) == key) ca_cpu_relax();
+  for (uint32_t k = 0; k < ngone; k++) wait_idle(gone[k]);
 }
 
 void _ca_protect_arm(int from, int to) {
@@ -96,6 +139,15 @@ void _ca_protect_arm(int from, int to) {
 
 bool _ca_protect_armed(void) { return P.from > 0; }
 size_t _ca_protect_pages(void) { return P.pages; }
+bool _ca_protect_recorded(void) { return P.n != 0; }
+
+size_t _ca_protect_pending(void) {
+  size_t n = 0;
+  _ca_lock(&P.lock);
+  for (uint32_t i = 0; i < RANGES; i++) if (P.r[i].key != NULL) n += P.r[i].pages - P.r[i].next;
+  _ca_unlock(&P.lock);
+  return n;
+}
 
 /* The next page to look at, with its range marked busy; NULL when none is due.  `*pending`:
    pages of ranges still to be looked at (due or not). */
@@ -104,13 +156,15 @@ static uint8_t* next_page(const void** key, size_t* pending) {
   uint64_t now = _ca_clock_ms();
   *pending = 0;
   _ca_lock(&P.lock);
-  for (uint32_t k = 0; k < P.n; k++) {
-    ca_prange_t* r = &P.r[(P.cursor + k) % P.n];
+  for (uint32_t k = 0; k < RANGES; k++) {
+    uint32_t i = (P.cursor + k) % RANGES;
+    ca_prange_t* r = &P.r[i];
+    if (r->key == NULL) continue;
     *pending += r->pages - r->next;
     if (page == NULL && r->next < r->pages && now - r->born_ms >= AGE_MS) {
       page = r->base + r->next * CA_OS_PAGE;
       *key = r->key;
-      P.cursor = (P.cursor + k) % P.n;
+      P.cursor = i;
       atomic_store_explicit(&P.busy, r->key, ca_release);
     }
   }
@@ -121,7 +175,7 @@ static uint8_t* next_page(const void** key, size_t* pending) {
 /* The page is done: its range (if still there) moves on. */
 static void page_done(const void* key) {
   _ca_lock(&P.lock);
-  for (uint32_t i = 0; i < P.n; i++)
+  for (uint32_t i = 0; i < RANGES; i++)
     if (P.r[i].key == key) { P.r[i].next++; break; }
   _ca_unlock(&P.lock);
   atomic_store_explicit(&P.busy, NULL, ca_release);
@@ -159,7 +213,7 @@ void _ca_protect_fork_child(void) {
   /* the child's pages are copies with frames (colours) of their own: look at them again */
   atomic_store_explicit(&P.lock.v, 0, ca_relaxed);
   atomic_store_explicit(&P.busy, NULL, ca_relaxed);
-  for (uint32_t i = 0; i < P.n; i++) P.r[i].next = 0;
+  for (uint32_t i = 0; i < RANGES; i++) P.r[i].next = 0;
 }
 
 void _ca_protect_stats_json(ca_buf_t* b) {
@@ -167,8 +221,10 @@ void _ca_protect_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "ranges", P.n);
   ca_buf_field_u64(b, "ranges_recorded", P.recorded);
   ca_buf_field_u64(b, "ranges_not_recorded", P.full);
+  ca_buf_field_u64(b, "ranges_released", P.released);
   ca_buf_field_u64(b, "pages", P.pages);
   ca_buf_field_u64(b, "page_budget", P.budget);
+  ca_buf_field_u64(b, "pages_pending", _ca_protect_pending());
   ca_buf_field_u64(b, "pages_checked", P.checked);
   ca_buf_field_u64(b, "pages_untouched", P.untouched);
   ca_buf_field_u64(b, "pages_in_set", P.in_set);

@@ -35,6 +35,7 @@
 #define _GNU_SOURCE
 #include "monitor.h"
 #include "../core/internal.h"
+#include "../color/colour.h"
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -62,11 +63,14 @@ extern ssize_t __pwrite64(int fd, const void* buf, size_t n, off_t off);
 extern ssize_t __send(int fd, const void* buf, size_t n, int flags);
 #pragma GCC visibility pop
 
-static inline void release(const void* p, size_t n) { _ca_monitor_release(p, n); }
+/* the monitor's sampled pages, and protection's ranges (a page being recoloured is briefly
+   read-only), in [p, p + n) */
+static inline void release(const void* p, size_t n) { _ca_monitor_release(p, n); _ca_protect_release(p, n); }
+static inline bool watching(void) { return _ca_monitor_active() || _ca_protect_recorded(); }
 
 
 static void release_iov(const struct iovec* iov, int cnt) {
-  if (!_ca_monitor_active() || iov == NULL) return;
+  if (!watching() || iov == NULL) return;
   for (int i = 0; i < cnt; i++) release(iov[i].iov_base, iov[i].iov_len);
 }
 static void release_msg(const struct msghdr* m) { if (m != NULL) release_iov(m->msg_iov, (int)m->msg_iovlen); }
@@ -86,7 +90,7 @@ static inline void maybe(uintptr_t a) { if (_ca_monitor_covers(a)) release((cons
 
 /* WRAP(ret, name, (params), (args), releases...): release, then call the next `name` */
 #define WRAP(ret, name, params, args, ...) \
-  ca_export ret name params { if (_ca_monitor_active()) { __VA_ARGS__; } return NEXT(__typeof__(&name), name) args; }
+  ca_export ret name params { if (watching()) { __VA_ARGS__; } return NEXT(__typeof__(&name), name) args; }
 
 ca_export ssize_t read(int fd, void* buf, size_t n) { release(buf, n); return __read(fd, buf, n); }
 ca_export ssize_t write(int fd, const void* buf, size_t n) { release(buf, n); return __write(fd, buf, n); }

@@ -9,7 +9,7 @@
    colour stay out of its pool, and the profile JSON round-trips.  Protection (protect.c) runs
    with a fake colour test and a fake move: exactly the pages of live, old enough ranges that
    lie in the set are moved, once each; a removed range is never touched, and removing a range
-   waits while the worker is at one of its pages. */
+   waits while the worker is at one of its pages; a system call's buffer drops its ranges. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include "../../src/core/hooks.h"
@@ -338,6 +338,37 @@ static void test_protect(void) {
   CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
   CHECK_EQ(p_moved[243], 0);
   for (size_t i = 300; i < 512; i++) CHECK_EQ(p_checked[i], 0);
+  /* a system call's buffer (or the program's mprotect) drops every range it touches */
+  size_t before = _ca_protect_pages();
+  _ca_protect_add(pg(460), pg(460), 4 * 4096);
+  _ca_protect_add(pg(470), pg(470), 4 * 4096);
+  _ca_protect_add(pg(480), pg(480), 4 * 4096);
+  CHECK_EQ(_ca_protect_pages(), before + 12);
+  _ca_protect_release((uint8_t*)pg(463) + 100, 8 * 4096);   /* the end of one, the start of the next */
+  CHECK_EQ(_ca_protect_pages(), before + 4);
+  sleep_ms(25);
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
+  for (size_t i = 460; i < 480; i++) CHECK_EQ(p_checked[i], 0);
+}
+
+/* The interposed system calls drop a recorded range their buffer lies in: a page being
+   recoloured is read-only for a moment, and read(2) into it would fail with EFAULT. */
+static void test_protect_syscalls(void) {
+  static char buf[8 * 4096] __attribute__((aligned(4096)));
+  int fd[2];
+  CHECK(pipe(fd) == 0);
+  CHECK(write(fd[1], "abc", 3) == 3);
+  size_t before = _ca_protect_pages();
+  _ca_protect_add(buf, buf, sizeof buf);
+  CHECK_EQ(_ca_protect_pages(), before + 8);
+  CHECK(read(fd[0], buf + 5 * 4096, 3) == 3);
+  CHECK_EQ(_ca_protect_pages(), before);
+  _ca_protect_add(buf, buf, sizeof buf);
+  CHECK(mprotect(buf, 4096, PROT_READ) == 0);
+  CHECK(mprotect(buf, 4096, PROT_READ | PROT_WRITE) == 0);
+  CHECK_EQ(_ca_protect_pages(), before);
+  close(fd[0]);
+  close(fd[1]);
 }
 
 int main(void) {
@@ -351,5 +382,6 @@ int main(void) {
   test_profile();
   test_partial();
   test_protect();
+  test_protect_syscalls();
   return check_done("test_colour");
 }
