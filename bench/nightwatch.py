@@ -13,7 +13,7 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
               once, from their own call sites), neutral and victims (no polluter), and the
               victim alone (frames-alone, requests-alone: pv --no-polluter, the best case), each
               under glibc, mimalloc, chromalloc-off (CHROMALLOC_OPTIONS=nightwatch=0),
-              chromalloc-on (nightwatch=1; the policy is off by default) and chromalloc-monitor
+              chromalloc-on (nightwatch=1, the default) and chromalloc-monitor
               (nightwatch=1,nightwatch_monitor=1: every chunk monitored, for the prediction
               success);
               interleaved: every repetition runs each workload under all configurations back
@@ -260,9 +260,11 @@ def colour_state(c):
     if not isinstance(c, dict):
         return None
     sets = [x for x in c.get("sets") or [] if isinstance(x, dict)]
+    prot = c.get("protect") if isinstance(c.get("protect"), dict) else {}
     return {"state": c.get("state"), "eviction_sets": c.get("eviction_sets"),
             "spans_filled": sum(int(x.get("spans_filled", 0)) for x in sets),
-            "spans_ordinary": sum(int(x.get("spans_ordinary", 0)) for x in sets)}
+            "spans_ordinary": sum(int(x.get("spans_ordinary", 0)) for x in sets),
+            "protect_checked": prot.get("pages_checked"), "protect_moved": prot.get("pages_moved")}
 
 
 def check_checksums(runs):
@@ -373,6 +375,8 @@ def nw_totals(runs):
     out["colour_states"] = sorted({str(c["state"]) for c in col}) or None
     out["restrictive_spans_coloured"] = median([c["spans_filled"] for c in col])
     out["restrictive_spans_ordinary"] = median([c["spans_ordinary"] for c in col])
+    out["protect_pages_checked"] = median([c["protect_checked"] for c in col if c.get("protect_checked") is not None])
+    out["protect_pages_moved"] = median([c["protect_moved"] for c in col if c.get("protect_moved") is not None])
     return out
 
 
@@ -634,7 +638,8 @@ def write_csv(path, runs):
     cols = ["experiment", "workload", "config", "rep", "victim_ns", "victim_ns_p10", "victim_ns_p90",
             "total_s", "victim_s", "frames", "wall_s", "maxrss_kib", "checksum", "ok", "nw_enabled",
             "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
-            "restrictive_spans_coloured", "restrictive_spans_ordinary", "error"]
+            "restrictive_spans_coloured", "restrictive_spans_ordinary", "protect_pages_checked",
+            "protect_pages_moved", "error"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -649,7 +654,8 @@ def write_csv(path, runs):
                         nw.get("monitored", ""), nw.get("restrictive", ""),
                         "" if pc is None else pc[0], "" if pc is None else pc[1],
                         (r.colours or {}).get("state", ""), (r.colours or {}).get("spans_filled", ""),
-                        (r.colours or {}).get("spans_ordinary", ""), r.error])
+                        (r.colours or {}).get("spans_ordinary", ""), (r.colours or {}).get("protect_checked", ""),
+                        (r.colours or {}).get("protect_moved", ""), r.error])
 
 
 COLORS = {"glibc": "#7f7f7f", "mimalloc": "#2ca02c", "chromalloc-off": "#ff7f0e",
