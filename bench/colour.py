@@ -7,8 +7,9 @@
              1 MiB; 4 MiB with a 2 MiB L2, so that it evicts everything it can): victim ns/access
              alone, with the polluter in ordinary memory, confined to 1/8 of the L2 colours by
              chromalloc, and confined by naive address-bit colours; the victim in ordinary
-             memory and in the other 7/8 of the colours.  Target: confinement recovers >= 80%
-             of the gap between "ordinary" and "alone".
+             memory, in the other 7/8 of the colours, and in ordinary memory with the first 1/8
+             reserved (chromalloc_colours_reserve moves its pages there to the other 7/8).
+             Target: confinement recovers >= 80% of the gap between "ordinary" and "alone".
   calibrate  `chromalloc_calibrate` several times: colours found, time to classify a page
              against 1/8 of the colours (target <= 40 us), time to stock 4 MiB of 1/8-of-L2
              pages (target <= 2 s), agreement of two independent calibrations (target >= 98%),
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
 LIB = ROOT / "build" / "libchromalloc.so"
 CONFIGS = ["alone", "ordinary", "coloured", "naive"]
+VICTIM_MEMORY = ["ordinary", "other7/8", "reserved"]
 
 
 def build(cc):
@@ -85,7 +87,7 @@ def pollute(victims, reps):
             say(f"  pollute rep {rep + 1}/{reps} victim {v} KiB done")
     summary = {}
     for v in victims:
-        for mem in ("ordinary", "other7/8"):
+        for mem in VICTIM_MEMORY:
             med = {c: median([r["ns_per_access"] for r in rows
                               if r["victim_kib"] == v and r["victim_memory"] == mem and r["config"] == c])
                    for c in CONFIGS}
@@ -127,9 +129,9 @@ def plot(summary, victims, path):
     except ImportError:
         say("matplotlib not available: colour.png not written")
         return
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=False)
+    fig, axes = plt.subplots(1, len(VICTIM_MEMORY), figsize=(17, 4.5), sharey=False)
     colors = {"alone": "#2ca02c", "ordinary": "#d62728", "coloured": "#1f77b4", "naive": "#ff7f0e"}
-    for ax, mem in zip(axes, ("ordinary", "other7/8")):
+    for ax, mem in zip(axes, VICTIM_MEMORY):
         width = 0.2
         for i, c in enumerate(CONFIGS):
             ys = [summary[f"{v}KiB/{mem}"]["median_ns"][c] if f"{v}KiB/{mem}" in summary else 0
@@ -137,7 +139,7 @@ def plot(summary, victims, path):
             ax.bar([x + i * width for x in range(len(victims))], ys, width, label=c, color=colors[c])
         ax.set_xticks([x + 1.5 * width for x in range(len(victims))])
         ax.set_xticklabels([f"{v} KiB" for v in victims])
-        ax.set_title(f"victim in {mem} memory")
+        ax.set_title(f"victim in {mem} memory" if mem != "reserved" else "victim in ordinary memory, 1/8 reserved")
         ax.set_ylabel("victim ns per access (median)")
         ax.legend(fontsize=8)
     fig.suptitle("polluter streaming twice the L2: alone / ordinary / confined to 1/8 of L2 by chromalloc / naive address bits")

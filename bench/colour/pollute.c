@@ -8,9 +8,11 @@
      naive        the polluter in pages whose virtual address bits say "first 1/8 of the colours"
                   (what page colouring would do if virtual or guest-physical addresses mapped to
                   cache sets, as they do not in this VM);
-   each with the victim in ordinary memory, and, as a second row, with the victim in the other
-   7/8 of the colours (so that it shares no colour with a confined polluter).  Recovery is the
-   part of the gap between "ordinary" and "alone" that confinement wins back.
+   each with the victim in ordinary memory; as a second row, with the victim in the other 7/8
+   of the colours (so that it shares no colour with a confined polluter); and as a third, with
+   the victim in ordinary memory and the first 1/8 reserved (chromalloc_colours_reserve: the
+   colour layer moves the victim's pages that lie there to the other 7/8, as a pollute buffer).
+   Recovery is the part of the gap between "ordinary" and "alone" that confinement wins back.
    Usage: pollute VICTIM_KIB [POLLUTER_KIB=1024] [PASSES=300]
    Output: POLLUTE <victim_kib> <config> <victim_memory> <ns_per_access>, then RESULT. */
 #define _GNU_SOURCE
@@ -76,6 +78,18 @@ static char** naive_pages(size_t npages, int colours) {
   return pg;
 }
 
+/* Wait until the colour layer has looked at every page it protects (stats: pages_pending). */
+static void wait_protected(void) {
+  static char json[1 << 20];
+  for (int i = 0; i < 1200; i++) {
+    const char* p = chromalloc_stats_json(json, sizeof json) ? strstr(json, "\"pages_pending\":") : NULL;
+    if (p != NULL && strtol(p + strlen("\"pages_pending\":"), NULL, 10) == 0) return;
+    struct timespec t = { 0, 50000000 };
+    nanosleep(&t, NULL);
+  }
+  fail("protection did not finish in 60 s");
+}
+
 int main(int argc, char** argv) {
   bench_name = "pollute";
   long victim_kib = arg_long(argc, argv, 1, 256, 4);
@@ -100,12 +114,15 @@ int main(int argc, char** argv) {
   char** pol_naive = naive_pages(np, colours);
   struct { const char* name; char** pages; size_t n; } pol[] = {
     { "alone", NULL, 0 }, { "ordinary", pol_ord, np }, { "coloured", pol_col, np }, { "naive", pol_naive, np } };
-  for (int vm = 0; vm < 2; vm++) {
-    char* vblock = vm == 0 ? malloc(nv * 4096 + 4096) : chromalloc_malloc_coloured(nv * 4096 + 4096, high);
+  static const char* const vmem[] = { "ordinary", "other7/8", "reserved" };
+  for (int vm = 0; vm < 3; vm++) {
+    if (vm == 2 && chromalloc_colours_reserve(low) != 0) fail("cannot reserve the first 1/8 (errno %d)", errno);
+    char* vblock = vm == 1 ? chromalloc_malloc_coloured(nv * 4096 + 4096, high) : malloc(nv * 4096 + 4096);
     char** vp = pages_of(check_alloc(vblock, nv * 4096), nv);
+    if (vm == 2) wait_protected();
     void* ring = make_ring(vp, nv, &r);
     for (int k = 0; k < 4; k++)
-      printf("POLLUTE %ld %s %s %.3f\n", victim_kib, pol[k].name, vm ? "other7/8" : "ordinary",
+      printf("POLLUTE %ld %s %s %.3f\n", victim_kib, pol[k].name, vmem[vm],
              victim_ns(ring, nv * 64, pol[k].pages, pol[k].n, passes));
   }
   printf("COLOURS %d\n", colours);

@@ -31,6 +31,8 @@ ca_export long chromalloc_recolour(void* p, size_t len, int colours) {
   return _ca_recolour(p, len, colours);
 }
 
+ca_export int chromalloc_colours_reserve(int colours) { return _ca_colour_reserve(colours); }
+
 ca_export int chromalloc_calibrate(const char* profile, int flags, char* summary, size_t len) {
   _ca_ensure_init();
   static ca_calibration_t cal;

@@ -156,6 +156,8 @@ void  _ca_colour_stats_json(ca_buf_t* b);
 long  _ca_recolour(void* p, size_t len, int id);
 int   _ca_colour_in_set(const void* page, int id);
 void  _ca_colour_protect_init(size_t max_bytes, size_t budget_pages);
+void  _ca_colour_protect_default(void);
+int   _ca_colour_reserve(int id);
 int   _ca_colour_move_to(void* page, int id);
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
@@ -169,8 +171,9 @@ void   _ca_protect_init(size_t max_bytes, size_t budget_pages);  /* ranges up to
 void   _ca_protect_add(const void* key, void* p, size_t n);   /* whole pages of [p, p + n) */
 void   _ca_protect_remove(const void* key);                   /* waits while the worker is at it */
 void   _ca_protect_release(const void* p, size_t n);          /* drop ranges [p, p + n) touches */
-void   _ca_protect_arm(int from, int to);
+bool   _ca_protect_arm(int from, int to);                     /* false: armed with another pair */
 bool   _ca_protect_armed(void);
+bool   _ca_protect_recording(void);
 size_t _ca_protect_pages(void);                               /* pages of the ranges recorded */
 bool   _ca_protect_recorded(void);                            /* any range recorded */
 size_t _ca_protect_pending(void);                             /* pages not looked at yet */

@@ -481,6 +481,32 @@ void _ca_colour_protect_init(size_t max_bytes, size_t budget_pages) {
   install_hooks();
 }
 
+/* The default recording: spans and objects up to the L2's size, PROTECT_L2S times the L2. */
+#define PROTECT_L2S 4
+void _ca_colour_protect_default(void) {
+  size_t l2 = 0;
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
+    if (_ca_machine.levels[i].level == 2) l2 = _ca_machine.levels[i].size;
+  if (l2) _ca_colour_protect_init(l2, PROTECT_L2S * l2 / CA_OS_PAGE);
+}
+
+/* Keep ordinary memory out of set id, a slice at either end of the level: the worker moves the
+   recorded pages in its colours to the complement set.  0, or -1 with errno. */
+int _ca_colour_reserve(int id) {
+  if (_ca_opt(CA_OPT_COLOURS) == 0 || atomic_load_explicit(&L.state, ca_acquire) == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
+  if (id < 1 || id > CA_COLOUR_SETS) { errno = EINVAL; return -1; }
+  _ca_lock(&L.lock);
+  ca_colour_set_t s = L.sets[id];
+  _ca_unlock(&L.lock);
+  if (!s.used || (s.from != 0 && s.to != s.den) || (s.from == 0 && s.to == s.den)) { errno = EINVAL; return -1; }
+  int comp = s.from == 0 ? _ca_colour_set(s.to, s.den, s.den) : _ca_colour_set(0, s.from, s.den);
+  if (comp < 0) return -1;
+  if (!_ca_protect_recording()) _ca_colour_protect_default();
+  if (!_ca_protect_arm(id, comp)) { errno = EBUSY; return -1; }
+  wake_worker();
+  return 0;
+}
+
 /* ---- registering sets ------------------------------------------------------------------------ */
 
 /* A colour set id (the flavour), or -1 with errno. */

@@ -131,13 +131,16 @@ void _ca_protect_release(const void* p, size_t n) {
   for (uint32_t k = 0; k < ngone; k++) wait_idle(gone[k]);
 }
 
-void _ca_protect_arm(int from, int to) {
+bool _ca_protect_arm(int from, int to) {
   _ca_lock(&P.lock);
   if (P.from <= 0) { P.from = from; P.to = to; }
+  bool ok = P.from == from && P.to == to;
   _ca_unlock(&P.lock);
+  return ok;
 }
 
 bool _ca_protect_armed(void) { return P.from > 0; }
+bool _ca_protect_recording(void) { return P.budget > 0; }
 size_t _ca_protect_pages(void) { return P.pages; }
 bool _ca_protect_recorded(void) { return P.n != 0; }
 

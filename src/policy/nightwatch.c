@@ -18,8 +18,7 @@
         verdict is normal, and only when it has lived SWITCH_AGE_MS (short-lived chunks are not
         worth moving: the next ones get the new prediction).
      5. protection (option nightwatch_protect): open memory (spans and large objects up to the
-        L2's size, PROTECT_L2S times the L2 in all, oldest first) is recorded as the core hands
-        it out; once a restrictive chunk is placed, the colour worker moves its pages that lie
+        L2's size, 4 times the L2 in all, oldest first) is recorded as the core hands it out; once a restrictive chunk is placed, the colour worker moves its pages that lie
         in the restrictive colours to the other 7/8 (color/protect.c), so that the confined
         polluter can evict nothing of it.  Monitored chunks are left out (their pages trap).
    Chunks allocated by glibc itself (stdio and directory-stream buffers, which the kernel fills
@@ -44,7 +43,6 @@
 #define SWITCH_AGE_MS  20
 #define MAX_REPORTED   200
 #define TOUCH_NS       500                   /* first touch of a fresh page (a fault) */
-#define PROTECT_L2S    4                     /* open memory protected: this many times the L2 */
 
 typedef struct nw_ctx_s {                     /* NightWatch's view of one context (sites.c) */
   _Atomic(uint64_t) chunks, bytes, restrictive;
@@ -267,9 +265,7 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
 /* The first restrictive chunk: from now on the recorded open objects are kept out of the
    restrictive colours, in pages of the other 7/8 (a colour set registered for that). */
 static void arm_protection(void) {
-  if (NW.restrict_id <= 0) return;
-  if (NW.open_id == 0) NW.open_id = _ca_colour_set(1, 8, 8);
-  if (NW.open_id > 0) _ca_protect_arm(NW.restrict_id, NW.open_id);
+  if (NW.restrict_id > 0 && _ca_colour_reserve(NW.restrict_id) != 0) NW.protect = false;   /* the program reserved another set */
 }
 
 /* ---- the policy hooks -------------------------------------------------------------------- */
@@ -344,14 +340,7 @@ void _ca_nightwatch_init(void) {
     _ca_context_init();
     _ca_policy_install(&policy);
     pthread_atfork(fork_prepare, fork_release, fork_release);
-    if (NW.protect) {
-      /* open memory that may be a victim: spans and objects up to the L2's size, PROTECT_L2S
-         times the L2 in all, oldest first */
-      size_t l2 = 0;
-      for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
-        if (_ca_machine.levels[i].level == 2) l2 = _ca_machine.levels[i].size;
-      if (l2) _ca_colour_protect_init(l2, PROTECT_L2S * l2 / CA_OS_PAGE);
-    }
+    if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
   }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : _ca_opt(CA_OPT_COLOURS) == 0 ? "colours=0"
                  : "under valgrind (it misexecutes instructions resumed after a page trap)");
