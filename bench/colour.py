@@ -47,8 +47,9 @@ def build(cc):
             sys.exit(f"build failed: {' '.join(cmd)}\n{r.stderr}")
 
 
-def run(argv, timeout=300):
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+def run(argv, timeout=300, env=None):
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                       env=None if env is None else dict(os.environ, **env))
     if r.returncode != 0 or "RESULT" not in r.stdout:
         raise RuntimeError(f"{' '.join(map(str, argv))} failed ({r.returncode}): {r.stderr.strip()[-400:]}")
     return r.stdout
@@ -73,7 +74,9 @@ def pollute(victims, reps):
     for rep in range(reps):
         for v in victims:
             try:
-                out = run([BUILD / "pollute", str(v), str(polluter)])
+                # the colour layer alone: NightWatch would monitor the victim (page traps) and
+                # keep it from protection until its verdict
+                out = run([BUILD / "pollute", str(v), str(polluter)], env={"CHROMALLOC_OPTIONS": "nightwatch=0"})
             except (RuntimeError, subprocess.TimeoutExpired) as e:      # reported, not fatal
                 say(f"  !! pollute rep {rep + 1}/{reps} victim {v} KiB FAILED: {e}")
                 failures.append({"rep": rep, "victim_kib": v, "error": str(e)})

@@ -247,6 +247,9 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
   if (sw) atomic_store_explicit(&NW.switching, p, ca_release);
   if (live) unwatch((int)cookie);
   _ca_unlock(&NW.lock);
+  /* a chunk that stays open is ordinary memory again, its pages no longer trapped: protection
+     may look at it now (a hot victim is often the first chunk of its context, and monitored) */
+  if (live && !sw && w.predicted == CA_MAP_OPEN && NW.protect) _ca_protect_add(p, p, n);
   if (!sw) return;
   int id = target == CA_MAP_RESTRICTIVE ? restrictive_flavour() : (NW.open_id == 0 ? (NW.open_id = _ca_colour_set(1, 8, 8)) : NW.open_id);
   ca_segment_t* seg = _ca_segment_of(p);
