@@ -555,13 +555,17 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
 
   /* a 4 MiB pool of 1/8-of-level pages from fresh pages */
   if (!quick) {
-    /* 1/8 of the pages are of the eighth; the strict test confirms 30-65% of those on a busy
-       host (Zen 5 here), so four times the pages are offered */
+    /* 1/8 of the pages are of the eighth (fewer when the colours found do not divide by 8);
+       the strict test confirms 20-65% of those on a busy host (Zen 5 here): fresh pages are
+       offered, 32 MiB at a time, until the pool is full or 30 s have passed (-1) */
     size_t pool_pages = 1024, found = 0;
-    if (!_ca_page_source_init(&c_src, pool_pages * 8 * 4)) { ca_buf_str(&why, "out of memory"); ok = false; goto out; }
     uint64_t t0 = _ca_clock_ns();
-    for (size_t i = 0; i < c_src.npages && found < pool_pages; i++)
-      found += _ca_colour_classify(p, &a, c_src.pages[i], mask) >= 0;
+    while (found < pool_pages && _ca_clock_ns() - t0 < 30000000000ull) {
+      _ca_page_source_free(&c_src);
+      if (!_ca_page_source_init(&c_src, pool_pages * 8)) { ca_buf_str(&why, "out of memory"); ok = false; goto out; }
+      for (size_t i = 0; i < c_src.npages && found < pool_pages; i++)
+        found += _ca_colour_classify(p, &a, c_src.pages[i], mask) >= 0;
+    }
     cal->pool_4mib_s = found >= pool_pages ? (double)(_ca_clock_ns() - t0) / 1e9 : -1;
 
     /* agreement of an independent second calibration, on pages neither used */
