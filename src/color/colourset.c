@@ -44,13 +44,14 @@ static struct {
   ca_page_source_t  src;         /* pages for eviction sets and references */
   pthread_t         worker;
   bool              worker_running;
+  int               worker_cpu;  /* where it measures (-1: not yet) */
   uint32_t          generation;  /* sets registered so far: the worker plans again when it moves */
   pthread_mutex_t   wake_lock;
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped;
   uint64_t          recolours, recolour_ns;
   char              reason[160];
-} L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+} L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1 };
 
 #define STOCK_CHUNK 512                      /* pages per supply chunk (2 MiB) */
 #define STOCK_MAX   (64 * 256)               /* pages: a set's stock grows to at most 64 MiB */
@@ -355,7 +356,7 @@ static void* worker_main(void* arg) {
     }
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
-  sched_setaffinity(0, sizeof one, &one);
+  if (sched_setaffinity(0, sizeof one, &one) == 0) L.worker_cpu = cpu;
   uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
   if (!calibrate_or_load(&rng)) return NULL;
   uint64_t last_verify = _ca_clock_ms();
@@ -582,6 +583,9 @@ int _ca_colour_of(const void* p) {
   cpu_set_t was, here;
   bool pinned = sched_getaffinity(0, sizeof was, &was) == 0;
   int cpu = sched_getcpu();
+  /* not on the worker's CPU, when there is another: it may be measuring too */
+  for (int c = 0; pinned && cpu == L.worker_cpu && c < CPU_SETSIZE; c++)
+    if (c != L.worker_cpu && CPU_ISSET(c, &was)) cpu = c;
   if (pinned && cpu >= 0) {
     CPU_ZERO(&here);
     CPU_SET(cpu, &here);

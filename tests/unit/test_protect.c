@@ -1,4 +1,4 @@
-/* Protection on this machine (internal interfaces: built static only): an ordinary 256 KiB
+/* Protection on this machine (internal interfaces: built static only): an ordinary 512 KiB
    object, recorded as the core hands it out, has its pages that lie in the first eighth of the
    L2's colours moved to the other seven eighths once protection is armed, while another thread
    keeps writing to it (no write may be lost).  When colours cannot be controlled here the
@@ -9,7 +9,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 
-#define PAGES 64
+#define PAGES 128
 
 static volatile unsigned long* buf;
 static atomic_bool stop;
@@ -63,13 +63,13 @@ int main(void) {
   CHECK(checked >= PAGES);
   CHECK_EQ(_ca_protect_pending(), 0);
   /* the live check places a page only among the colours that have eviction sets (here, those of
-     the first eighth): a control of 64 unrecorded pages shows how many it finds there without
+     the first eighth): a control of as many unrecorded pages shows how many it finds there without
      protection (1 in 8 at random, fewer as the strict check misses some) */
   uint8_t* control = mmap(NULL, PAGES * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(control != MAP_FAILED);
   memset(control, 1, PAGES * 4096);
   int colours = _ca_colour_count(), in_control = 0, in_buf = 0;
-  for (int tries = 0; tries < 3 && in_control < 3; tries++) {
+  for (int tries = 0; tries < 3 && in_control < 6; tries++) {
     in_control = in_buf = 0;
     for (int i = 0; i < PAGES; i++) {
       int c = _ca_colour_of(control + i * 4096);
@@ -81,9 +81,9 @@ int main(void) {
   munmap(control, PAGES * 4096);
   fprintf(stderr, "test_protect: %ld pages checked, %ld moved; pages found in the first eighth: "
           "%d of the object's %d, %d of %d unprotected ones\n", checked, moved, in_buf, PAGES, in_control, PAGES);
-  if (in_control >= 3) {
+  if (in_control >= 6) {
     CHECK(moved > 0);
-    CHECK(in_buf * 3 <= in_control);
+    CHECK(in_buf * 2 <= in_control);                     /* random: about equal; protected: few */
   } else {
     fprintf(stderr, "test_protect: the live check found too few pages of the first eighth now (a noisy host): placement not checked\n");
   }
