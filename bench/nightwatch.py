@@ -23,6 +23,12 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
   foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0 and
               nightwatch=1: the policy's cost on allocation-heavy programs.
 
+--profile: measure the machine's colours first (chromalloc calibrate, saved in
+build/bench/nightwatch/machine-profile.json) and give every chromalloc run that profile, as a
+deployment that ran `chromalloc calibrate` once would; without it (the default, what a fresh
+machine does) each process measures what it needs at start-up, which here takes 3-60 s and in
+some runs outlasts the workload.
+
 Every chromalloc run writes its statistics (CHROMALLOC_STATS) and the "nightwatch" object in
 them gives the prediction counts and the per-context decisions; a library without it is
 reported as n/a.  The library is copied once at start and the copy is measured, so a rebuild
@@ -827,6 +833,10 @@ def main():
                     help="at most this many seconds each NightWatch run waits after its first 20 frames "
                          "(pv --settle-ms) until chromalloc's colour worker has stocked restrictive pages "
                          "(default 20; 0: no wait)")
+    ap.add_argument("--profile", action="store_true",
+                    help="first measure the machine's colours (chromalloc calibrate, into the results "
+                         "directory) and give every chromalloc run that profile, as a deployment would; "
+                         "without it each run measures what it needs at start-up")
     ap.add_argument("--out", help="results directory (default bench/results)")
     args = ap.parse_args()
     global RESULTS
@@ -867,6 +877,18 @@ def main():
         loud(f"{src} does not exist (make lib): chromalloc configurations skipped")
     if "mimalloc" in skip:
         table.pop("mimalloc")
+    profile = None
+    os.environ.pop("CHROMALLOC_PROFILE", None)
+    if args.profile and lib_info:
+        profile = BUILD / "machine-profile.json"
+        r = subprocess.run([sys.executable, str(ROOT / "tools" / "chromalloc"), "calibrate", "--lib", lib_info["measured_copy"],
+                            "--out", str(profile)], capture_output=True, text=True, timeout=900)
+        say(r.stdout.strip())
+        if r.returncode != 0 or not profile.exists():
+            loud(f"chromalloc calibrate failed ({r.returncode}): runs measure at start-up instead")
+            profile = None
+        else:
+            os.environ["CHROMALLOC_PROFILE"] = str(profile)   # inherited by every run
     usable = {}
     for name, c in table.items():
         if c.preload is None:
@@ -918,6 +940,7 @@ def main():
     except Exception as e:                     # noqa: BLE001 - the description is optional
         meta = {"error": str(e)}
     doc = {"machine": meta, "library": lib_info, "reps": reps, "quick": args.quick, "settle_seconds": args.settle,
+           "machine_profile": str(profile) if profile else None,
            "elapsed_seconds": round(elapsed, 1), "configs": {n: {"preload": c.preload, "env": c.env}
                                                              for n, c in usable.items()},
            "nightwatch_stats_present": nw_present, "nightwatch_option_unknown": option_unknown,
