@@ -26,7 +26,7 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
 --profile: measure the machine's colours first (chromalloc calibrate, saved in
 build/bench/nightwatch/machine-profile.json) and give every chromalloc run that profile, as a
 deployment that ran `chromalloc calibrate` once would; without it (the default, what a fresh
-machine does) each process measures what it needs at start-up, which here takes 3-60 s and in
+machine does) each process measures what it needs at start-up, which here takes 1.4-21.5 s (idle program) and in
 some runs outlasts the workload.
 
 Every chromalloc run writes its statistics (CHROMALLOC_STATS) and the "nightwatch" object in
