@@ -154,11 +154,8 @@ void* _ca_colour_take_page(int id);
 void  _ca_colour_note_recolour(uint64_t ns);
 void  _ca_colour_stats_json(ca_buf_t* b);
 long  _ca_recolour(void* p, size_t len, int id);
-int   _ca_colour_in_set(const void* page, int id);
-void  _ca_colour_protect_init(size_t max_bytes, size_t budget_pages);
 void  _ca_colour_protect_default(void);
 int   _ca_colour_reserve(int id);
-int   _ca_colour_move_to(void* page, int id);
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {

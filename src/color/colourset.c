@@ -312,7 +312,7 @@ static bool calibrate_or_load(uint64_t* rng) {
    of three saying so: a page left in the polluter's colours costs the victim its lines, one
    moved for nothing costs ~60 us (with two of three, 2 and 7 of 64 random pages were moved
    while another thread wrote to them, where 8 are expected). */
-int _ca_colour_in_set(const void* page, int id) {
+static int colour_in_set(const void* page, int id) {
   if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   _ca_lock(&L.lock);
   const ca_colour_set_t* s = &L.sets[id];
@@ -323,7 +323,7 @@ int _ca_colour_in_set(const void* page, int id) {
 }
 
 /* Protection's move: the live page to a pooled page of set id. */
-int _ca_colour_move_to(void* page, int id) {
+static int colour_move_to(void* page, int id) {
   if (_ca_pool_moved() >= _ca_pool_moved_limit()) return -1;
   return _ca_recolour(page, CA_OS_PAGE, id) == 1;
 }
@@ -335,7 +335,7 @@ static bool page_resident(const void* page) {
   return mincore((void*)page, CA_OS_PAGE, &v) == 0 && (v & 1);
 }
 
-static const ca_protect_ops_t protect_ops = { _ca_colour_in_set, _ca_colour_move_to, page_resident };
+static const ca_protect_ops_t protect_ops = { colour_in_set, colour_move_to, page_resident };
 
 #define REJECTED_MAX  16384                  /* rejected frames held back at most (64 MiB) */
 #define STARVED_AFTER (64 * STOCK_CHUNK)     /* pages classified before a starved round is judged */
@@ -357,6 +357,22 @@ static void drop_sets(void) {
   memset(L.src.tested, 0, L.src.npages);
 }
 
+/* The first CPU of `allowed` after `avoid` (cyclically), or `avoid` when it is the only one. */
+static int other_cpu(const cpu_set_t* allowed, int avoid) {
+  for (int k = 1; k < CPU_SETSIZE; k++) {
+    int c = (avoid + k) % CPU_SETSIZE;
+    if (CPU_ISSET(c, allowed)) return c;
+  }
+  return avoid;
+}
+
+static bool pin(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return sched_setaffinity(0, sizeof one, &one) == 0;
+}
+
 /* Protection's share of the worker (protect.c): up to `pages` pages of registered ranges, 8 per
    quiet window; returns the pages still pending (1 when the moment is not quiet). */
 static size_t protect_some(size_t pages) {
@@ -375,16 +391,12 @@ static void* worker_main(void* arg) {
   setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
   /* measure on one CPU, preferably not the one of the thread that asked (its own memory traffic
      would share the L2 with our measurements) */
-  cpu_set_t allowed, one;
-  int here = (int)(intptr_t)arg, cpu = here >= 0 ? here : 0;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-    for (int k = 1; k < CPU_SETSIZE; k++) {
-      int c = (here + k) % CPU_SETSIZE;
-      if (CPU_ISSET(c, &allowed)) { cpu = c; break; }
-    }
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  if (sched_setaffinity(0, sizeof one, &one) == 0) L.worker_cpu = cpu;
+  cpu_set_t allowed;
+  int here = (int)(intptr_t)arg;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    int cpu = other_cpu(&allowed, here >= 0 ? here : 0);
+    if (pin(cpu)) L.worker_cpu = cpu;
+  }
   uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
   if (!calibrate_or_load(&rng)) return NULL;
   uint64_t last_verify = _ca_clock_ms();
@@ -516,21 +528,16 @@ static void install_hooks(void) {
   pthread_atfork(NULL, NULL, fork_child);
 }
 
-/* Record ordinary spans and large objects of up to max_bytes, up to budget_pages, from now on,
-   to be kept out of a colour set once a policy arms protection (protect.c). */
-void _ca_colour_protect_init(size_t max_bytes, size_t budget_pages) {
-  if (_ca_opt(CA_OPT_COLOURS) == 0) return;
-  _ca_protect_init(max_bytes, budget_pages);
-  install_hooks();
-}
-
-/* The default recording: spans and objects up to the L2's size, PROTECT_L2S times the L2. */
+/* Record ordinary spans and large objects, from now on, to be kept out of a colour set once a
+   policy arms protection (protect.c): those up to the L2's size, PROTECT_L2S times the L2. */
 #define PROTECT_L2S 4
 void _ca_colour_protect_default(void) {
   size_t l2 = 0;
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
     if (_ca_machine.levels[i].level == 2) l2 = _ca_machine.levels[i].size;
-  if (l2) _ca_colour_protect_init(l2, PROTECT_L2S * l2 / CA_OS_PAGE);
+  if (l2 == 0 || _ca_opt(CA_OPT_COLOURS) == 0) return;
+  _ca_protect_init(l2, PROTECT_L2S * l2 / CA_OS_PAGE);
+  install_hooks();
 }
 
 /* Keep ordinary memory out of set id, a slice at either end of the level: the worker moves the
@@ -622,17 +629,12 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
 int _ca_colour_of(const void* p) {
   if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
-  cpu_set_t was, here;
-  bool pinned = sched_getaffinity(0, sizeof was, &was) == 0;
+  cpu_set_t was;
   int cpu = sched_getcpu();
+  bool pinned = cpu >= 0 && sched_getaffinity(0, sizeof was, &was) == 0;
   /* not on the worker's CPU, when there is another: it may be measuring too */
-  for (int c = 0; pinned && cpu == L.worker_cpu && c < CPU_SETSIZE; c++)
-    if (c != L.worker_cpu && CPU_ISSET(c, &was)) cpu = c;
-  if (pinned && cpu >= 0) {
-    CPU_ZERO(&here);
-    CPU_SET(cpu, &here);
-    pinned = sched_setaffinity(0, sizeof here, &here) == 0;
-  }
+  if (pinned && cpu == L.worker_cpu) cpu = other_cpu(&was, cpu);
+  pinned = pinned && pin(cpu);
   int c = _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, true);
   if (pinned) sched_setaffinity(0, sizeof was, &was);
   return c;

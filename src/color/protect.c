@@ -43,6 +43,7 @@ static struct {
   ca_lock_t          lock;
   ca_prange_t        r[RANGES];
   uint32_t           n, cursor;      /* ranges recorded; where the worker goes on */
+  _Atomic(uint32_t)  top;            /* slots ever used: the scans stop there */
   int                from, to;       /* armed when from > 0 */
   bool               capped;         /* the move cap was reached: nothing more is moved */
   size_t             max_bytes, budget, pages;   /* largest range, pages allowed, recorded */
@@ -82,6 +83,7 @@ void _ca_protect_add(const void* key, void* p, size_t n) {
   if (i < RANGES && P.pages + pages <= P.budget) {
     P.r[i] = (ca_prange_t){ NULL, base, pages, 0, _ca_clock_ms() };
     __atomic_store_n(&P.r[i].key, key, __ATOMIC_RELEASE);
+    if (i >= atomic_load_explicit(&P.top, ca_relaxed)) atomic_store_explicit(&P.top, i + 1, ca_release);
     /* bounds of keys and pages; they only grow */
     uintptr_t first = (uintptr_t)key < (uintptr_t)base ? (uintptr_t)key : (uintptr_t)base;
     uintptr_t last = (uintptr_t)key >= (uintptr_t)end ? (uintptr_t)key + 1 : (uintptr_t)end;
@@ -100,7 +102,7 @@ void _ca_protect_remove(const void* key) {
   /* every span and large object freed comes here: look without the lock first (a range is
      added and removed by the owner of its memory, never both at once, and slots never move) */
   if (P.n == 0 || (uintptr_t)key < P.lo || (uintptr_t)key >= P.hi) return;
-  for (uint32_t i = 0; i < RANGES; i++) {
+  for (uint32_t i = 0, top = atomic_load_explicit(&P.top, ca_acquire); i < top; i++) {
     if (key_at(i) != key) continue;
     _ca_lock(&P.lock);
     if (P.r[i].key == key) drop(i);
@@ -116,10 +118,19 @@ void _ca_protect_remove(const void* key) {
 void _ca_protect_release(const void* p, size_t n) {
   uintptr_t lo = (uintptr_t)p, hi = n > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + n;
   if (P.n == 0 || hi <= P.lo || lo >= P.hi) return;          /* unlocked: a hint (see remove) */
+  /* every buffer system call comes here: look without the lock first (a slot's base and pages
+     are written before its key is published) */
+  uint32_t top = atomic_load_explicit(&P.top, ca_acquire);
+  bool any = false;
+  for (uint32_t i = 0; i < top && !any; i++) {
+    const void* key = key_at(i);
+    any = key != NULL && (uintptr_t)P.r[i].base < hi && (uintptr_t)P.r[i].base + P.r[i].pages * CA_OS_PAGE > lo;
+  }
+  if (!any) return;
   const void* gone[RANGES];
   uint32_t ngone = 0;
   _ca_lock(&P.lock);
-  for (uint32_t i = 0; i < RANGES; i++) {
+  for (uint32_t i = 0; i < top; i++) {
     ca_prange_t* r = &P.r[i];
     if (r->key != NULL && (uintptr_t)r->base < hi && (uintptr_t)r->base + r->pages * CA_OS_PAGE > lo) {
       gone[ngone++] = r->key;
@@ -147,7 +158,7 @@ bool _ca_protect_recorded(void) { return P.n != 0; }
 size_t _ca_protect_pending(void) {
   size_t n = 0;
   _ca_lock(&P.lock);
-  for (uint32_t i = 0; i < RANGES; i++) if (P.r[i].key != NULL) n += P.r[i].pages - P.r[i].next;
+  for (uint32_t i = 0; i < P.top; i++) if (P.r[i].key != NULL) n += P.r[i].pages - P.r[i].next;
   _ca_unlock(&P.lock);
   return n;
 }
@@ -159,8 +170,9 @@ static uint8_t* next_page(const void** key, size_t* pending) {
   uint64_t now = _ca_clock_ms();
   *pending = 0;
   _ca_lock(&P.lock);
-  for (uint32_t k = 0; k < RANGES; k++) {
-    uint32_t i = (P.cursor + k) % RANGES;
+  uint32_t top = P.top;
+  for (uint32_t k = 0; k < top; k++) {
+    uint32_t i = (P.cursor + k) % top;
     ca_prange_t* r = &P.r[i];
     if (r->key == NULL) continue;
     *pending += r->pages - r->next;
@@ -178,7 +190,7 @@ static uint8_t* next_page(const void** key, size_t* pending) {
 /* The page is done: its range (if still there) moves on. */
 static void page_done(const void* key) {
   _ca_lock(&P.lock);
-  for (uint32_t i = 0; i < RANGES; i++)
+  for (uint32_t i = 0; i < P.top; i++)
     if (P.r[i].key == key) { P.r[i].next++; break; }
   _ca_unlock(&P.lock);
   atomic_store_explicit(&P.busy, NULL, ca_release);
@@ -216,7 +228,7 @@ void _ca_protect_fork_child(void) {
   /* the child's pages are copies with frames (colours) of their own: look at them again */
   atomic_store_explicit(&P.lock.v, 0, ca_relaxed);
   atomic_store_explicit(&P.busy, NULL, ca_relaxed);
-  for (uint32_t i = 0; i < RANGES; i++) P.r[i].next = 0;
+  for (uint32_t i = 0; i < P.top; i++) P.r[i].next = 0;
 }
 
 void _ca_protect_stats_json(ca_buf_t* b) {

@@ -18,9 +18,11 @@
         verdict is normal, and only when it has lived SWITCH_AGE_MS (short-lived chunks are not
         worth moving: the next ones get the new prediction).
      5. protection (option nightwatch_protect): open memory (spans and large objects up to the
-        L2's size, 4 times the L2 in all, oldest first) is recorded as the core hands it out; once a restrictive chunk is placed, the colour worker moves its pages that lie
-        in the restrictive colours to the other 7/8 (color/protect.c), so that the confined
-        polluter can evict nothing of it.  Monitored chunks are left out (their pages trap).
+        L2's size, 4 times the L2 in all, oldest first) is recorded as the core hands it out;
+        once a restrictive chunk is placed, the colour worker moves its pages that lie in the
+        restrictive colours to the other 7/8 (color/protect.c), so that the confined polluter
+        can evict nothing of it.  Monitored chunks join only after their verdict (their pages
+        trap until then).
    Chunks allocated by glibc itself (stdio and directory-stream buffers, which the kernel fills
    through glibc's internal, non-interposable system calls) are never monitored.
    Chunks below a page never reach `place` (the fast path stays the foundation's); see
