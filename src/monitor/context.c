@@ -32,7 +32,7 @@
 #include <pthread.h>
 
 #define MAX_RANGES 256
-#define SCAN_WORDS 512
+#define SCAN_WORDS 2048
 #define MAX_FUNC   (256 * 1024)                 /* a return address this far into its function */
 #define MAX_CANDIDATES 128
 
@@ -44,6 +44,7 @@ static ca_lock_t        ranges_lock;
 static _Atomic(uint32_t) misses_since_build;
 
 static __thread uintptr_t stack_top __attribute__((tls_model("initial-exec")));
+static __thread uintptr_t stack_lo __attribute__((tls_model("initial-exec")));
 
 static int collect(struct dl_phdr_info* info, size_t size, void* arg) {
   int* n = arg;
@@ -144,22 +145,30 @@ static bool chains(uintptr_t pc, uintptr_t inner, int n) {
   return t != 0 && t <= inner && inner - t < MAX_FUNC;
 }
 
-static uintptr_t find_stack_top(uintptr_t sp) {
+/* this thread's stack, [stack_lo, stack_top) (stack_lo 0: the main thread's when glibc cannot
+   say, open below); not learned from a signal stack */
+static void find_stack(uintptr_t sp) {
   pthread_attr_t a;
   void* base = NULL;
   size_t size = 0;
-  if (pthread_getattr_np(pthread_self(), &a) == 0) {   /* may allocate: it is under our guard */
+  bool known = pthread_getattr_np(pthread_self(), &a) == 0;   /* may allocate: it is under our guard */
+  if (known) {
     pthread_attr_getstack(&a, &base, &size);
     pthread_attr_destroy(&a);
   }
-  uintptr_t top = (uintptr_t)base + size;
-  if (base == NULL || sp >= top || sp < (uintptr_t)base) {
-    extern void* __libc_stack_end;
-    top = (uintptr_t)__libc_stack_end;                  /* main thread: argv lies above */
-    if (sp >= top) top = sp;                            /* unknown: scan nothing */
+  if (known && base != NULL) {
+    if (sp < (uintptr_t)base || sp >= (uintptr_t)base + size) return;   /* on another stack */
+    stack_lo = (uintptr_t)base;
+    stack_top = (uintptr_t)base + size;
+    return;
   }
-  return top;
+  extern void* __libc_stack_end;
+  stack_lo = 0;
+  stack_top = (uintptr_t)__libc_stack_end > sp ? (uintptr_t)__libc_stack_end : sp;   /* argv lies above */
 }
+
+/* Is sp on this thread's own stack (not a signal stack, where the words above may be unmapped)? */
+static bool on_stack(uintptr_t sp) { return sp >= stack_lo && sp < stack_top; }
 
 static uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -175,15 +184,17 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   uintptr_t sp = from != NULL && (uintptr_t)from > here ? (uintptr_t)from : here;
   ctx->nframes = 0;
+  ctx->at1 = 0;
   ctx->hash = 0;
   ctx->in_libc = false;
   int n = atomic_load_explicit(&nranges, ca_acquire);
   if (n < 0) { build_ranges(); n = atomic_load_explicit(&nranges, ca_acquire); }
-  if (stack_top == 0) stack_top = find_stack_top(sp);
-  uintptr_t end = stack_top;
+  if (stack_top == 0) find_stack(sp);
+  uintptr_t end = on_stack(sp) ? stack_top : sp;
   if (end > sp + SCAN_WORDS * sizeof(uintptr_t)) end = sp + SCAN_WORDS * sizeof(uintptr_t);
   /* the words that return just after a call, in stack order */
   uintptr_t cand[MAX_CANDIDATES];
+  uint16_t off[MAX_CANDIDATES];                       /* byte offset of each from sp */
   int nc = 0;
   bool unknown = false;
   for (const uintptr_t* w = (const uintptr_t*)sp; (uintptr_t)(w + 1) <= end && nc < MAX_CANDIDATES; w++) {
@@ -195,7 +206,7 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
       if (pc >= 0x400000 && (pc >> 47) == 0 && (pc & 7) != 0) unknown = true;
       continue;
     }
-    if (after_call(pc, r->lo)) cand[nc++] = pc;
+    if (after_call(pc, r->lo)) { off[nc] = (uint16_t)((uintptr_t)w - sp); cand[nc++] = pc; }
   }
   uint64_t h = 0x84222325CBF29CE4ull;
   const code_range_t* r0 = range_of(ret != NULL ? (uintptr_t)ret : nc > 0 ? cand[0] : 0, n);
@@ -217,15 +228,23 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
     if (next < 0 && ind >= 0) {
       for (int i = ind + 1; i < nc && next < 0; i++) if (direct_call(cand[i]) && chains(cand[i], cand[ind], n)) next = i;
       if (next < 0) break;
+      if (ctx->nframes == 1 && sp == (uintptr_t)from) ctx->at1 = off[ind];
       add_frame(ctx, cand[ind], &h);                 /* reached by an indirect call */
       if (ctx->nframes == CA_CONTEXT_FRAMES) break;
     }
     if (next < 0) break;
+    if (ctx->nframes == 1 && sp == (uintptr_t)from) ctx->at1 = off[next];
     add_frame(ctx, cand[next], &h);
     at = next + 1;
   }
   ctx->hash = h | 1;
   if (unknown && atomic_fetch_add_explicit(&misses_since_build, 1, ca_relaxed) >= 4096) build_ranges();
+}
+
+uintptr_t _ca_context_word(const void* from, uint32_t at) {
+  uintptr_t w = (uintptr_t)from + at;
+  if (at == 0 || !on_stack((uintptr_t)from) || w + sizeof(uintptr_t) > stack_top) return 0;
+  return *(const uintptr_t*)w;
 }
 
 void _ca_context_symbol(uintptr_t pc, char* out, size_t len) {

@@ -332,16 +332,18 @@ static void fork_release(void) { _ca_unlock(&NW.lock); }
 /* Valgrind runs the program on a JIT that does not resume a faulting instruction the way the
    CPU does: a memset over a page that a SIGSEGV handler makes writable leaves wrong bytes (199
    of 200 rounds in a test, none natively), so page traps would corrupt the program's data.
-   Its preload library is in LD_PRELOAD. */
+   Its preload library is in LD_PRELOAD.  Without monitoring (nightwatch_budget=0) nothing
+   traps, and callgrind can count what the policy's look at each chunk costs. */
 static bool under_valgrind(void) {
   const char* p = getenv("LD_PRELOAD");
   return p != NULL && strstr(p, "vgpreload") != NULL;
 }
 
 void _ca_nightwatch_init(void) {
-  NW.on = _ca_opt(CA_OPT_NIGHTWATCH) != 0 && _ca_opt(CA_OPT_COLOURS) != 0 && !under_valgrind();
   NW.monitor_all = _ca_opt(CA_OPT_NIGHTWATCH_MONITOR) != 0;
   NW.budget_pm = (uint64_t)_ca_opt(CA_OPT_NIGHTWATCH_BUDGET);
+  bool traps = NW.budget_pm > 0 || NW.monitor_all;
+  NW.on = _ca_opt(CA_OPT_NIGHTWATCH) != 0 && _ca_opt(CA_OPT_COLOURS) != 0 && !(traps && under_valgrind());
   NW.protect = _ca_opt(CA_OPT_NIGHTWATCH_PROTECT) != 0;
   NW.start_ns = _ca_clock_ns();
   if (NW.on) {
@@ -352,7 +354,7 @@ void _ca_nightwatch_init(void) {
     if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
   }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : _ca_opt(CA_OPT_COLOURS) == 0 ? "colours=0"
-                 : "under valgrind (it misexecutes instructions resumed after a page trap)");
+                 : "under valgrind (it misexecutes instructions resumed after a page trap; nightwatch_budget=0 runs without traps)");
 }
 
 /* ---- statistics -------------------------------------------------------------------------- */
@@ -409,6 +411,7 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "restrictive", NW.restrictive);
   ca_buf_field_u64(b, "switches", NW.switches);
   ca_buf_field_u64(b, "site_hits", st.site_hits);
+  ca_buf_field_u64(b, "caller_hits", st.caller_hits);
   ca_buf_field_u64(b, "size_table_hits", st.size_hits);
   ca_buf_field_u64(b, "leaf_sites", st.leaf_sites);
   ca_buf_field_u64(b, "wrapper_sites", st.wrapper_sites);

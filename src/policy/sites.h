@@ -1,4 +1,4 @@
-/* Allocation contexts for NightWatch (sites.c): call site and size tables in front of stack scans. */
+/* Allocation contexts for NightWatch (sites.c): call site, caller and size tables in front of stack scans. */
 #ifndef CA_SITES_H
 #define CA_SITES_H
 
@@ -17,7 +17,7 @@ typedef struct ca_nw_context_s {
 } ca_nw_context_t;
 
 typedef struct ca_nw_site_stats_s {
-  uint64_t scans, scan_ns, site_hits, size_hits, leaf_sites, wrapper_sites;
+  uint64_t scans, scan_ns, site_hits, caller_hits, size_hits, leaf_sites, wrapper_sites;
 } ca_nw_site_stats_t;
 
 #pragma GCC visibility push(hidden)

@@ -6,6 +6,8 @@
 #include "../../src/policy/nightwatch.h"
 #include "../../src/policy/sites.h"
 #include "../../src/monitor/monitor.h"
+#include <signal.h>
+#include <sys/mman.h>
 
 static void test_sampling_count(void) {
   CHECK_EQ(_ca_monitor_samples(0), 0);
@@ -84,8 +86,9 @@ static void test_predictor(void) {
 }
 
 /* Sites: a call site whose scans always find one context becomes a leaf (no more scans but a
-   check every 256 uses); call sites inside a wrapper called from two places become wrappers,
-   whose contexts come from scans (and the size table). */
+   check in 256 uses, and a scan when the word in its caller's slot changes); call sites inside
+   a wrapper called from two places become wrappers, whose contexts come from the caller table,
+   the size table and scans. */
 #define NOINLINE __attribute__((noinline))
 static NOINLINE int ctx_here(size_t n) {
   int c = _ca_nw_context_of(n, __builtin_frame_address(0), __builtin_return_address(0));
@@ -97,6 +100,13 @@ static NOINLINE int leaf_b(void) { int c = ctx_here(8192); __asm__ volatile("" :
 static NOINLINE int wrapper(size_t n) { int c = ctx_here(n); __asm__ volatile("" ::: "memory"); return c; }
 static NOINLINE int via_a(size_t n) { int c = wrapper(n); __asm__ volatile("" ::: "memory"); return c; }
 static NOINLINE int via_b(size_t n) { int c = wrapper(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int wrapper2(size_t n) { int c = ctx_here(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int via_c(size_t n) { int c = wrapper2(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int outer_1(size_t n) { int c = via_c(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int outer_2(size_t n) { int c = via_c(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int leaf_c(void) { int c = ctx_here(4096); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int first_caller(void) { int c = leaf_c(); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int later_caller(void) { int c = leaf_c(); __asm__ volatile("" ::: "memory"); return c; }
 
 /* Every call site below is called from one place, in a loop: the same 10-frame context each
    time (a call from elsewhere would be another context). */
@@ -113,28 +123,77 @@ static void test_sites(void) {
   CHECK(st.leaf_sites >= 2);
   CHECK(st.site_hits > 500);                              /* leaves are named without a scan */
   CHECK(st.scans < 20);
-  /* the same size through one wrapper from two call sites: two contexts, told apart by scans,
-     the same every time although stale return addresses lie in this frame's arrays */
-  int wa[50], wb[50];
-  for (int i = 0; i < 50; i++) { wa[i] = via_a(12288); wb[i] = via_b(12288); }
+  /* a leaf called from a new place later: told apart at once, by the word in its caller's slot */
+  int fc[22], l = -1;
+  for (int i = 0; i < 22; i++) {
+    if (i == 20) l = later_caller();
+    fc[i] = first_caller();
+  }
+  CHECK(fc[0] >= 0 && l >= 0 && l != fc[0]);
+  same = 0;
+  for (int i = 1; i < 22; i++) same += fc[i] == fc[0];
+  CHECK_EQ(same, 21);
+  /* the same size through one wrapper from two call sites: two contexts, told apart by scans
+     and then by the caller table, the same every time although stale return addresses lie in
+     this frame's arrays */
+  _ca_nw_sites_stats(&st);
+  uint64_t before = st.scans;
+  int wa[200], wb[200];
+  for (int i = 0; i < 200; i++) { wa[i] = via_a(12288); wb[i] = via_b(12288); }
   CHECK(wa[0] >= 0 && wb[0] >= 0 && wa[0] != wb[0]);
   same = 0;
-  for (int i = 1; i < 50; i++) same += wa[i] == wa[0] && wb[i] == wb[0];
-  CHECK_EQ(same, 49);
+  for (int i = 1; i < 200; i++) same += wa[i] == wa[0] && wb[i] == wb[0];
+  CHECK_EQ(same, 199);
   const ca_nw_context_t* k = _ca_nw_context_info(wa[0]);
   CHECK(k->nframes >= 4);                                 /* wrapper, via_a, test_sites, main */
   _ca_nw_sites_stats(&st);
-  CHECK(st.wrapper_sites >= 1);
-  /* through the wrapper from one caller only, a size names its context without scanning */
-  uint64_t before = st.scans;
-  int wc[100];
-  for (int i = 0; i < 100; i++) wc[i] = via_a(20480);
+  CHECK(st.wrapper_sites >= 2);
+  CHECK(st.caller_hits > 300);                            /* (wrapper, via_a) names wa[0] */
+  CHECK(st.scans - before < 60);
+  /* a wrapper of a wrapper: (wrapper2, via_c) has two contexts; a size from one of them
+     names it without scanning */
+  before = st.scans;
+  uint64_t size_before = st.size_hits;
+  int o1[100], o2[100];
+  for (int i = 0; i < 100; i++) { o1[i] = outer_1(20480); o2[i] = outer_2(24576); }
+  CHECK(o1[0] >= 0 && o2[0] >= 0 && o1[0] != o2[0]);
   same = 0;
-  for (int i = 1; i < 100; i++) same += wc[i] == wc[0];
+  for (int i = 1; i < 100; i++) same += o1[i] == o1[0] && o2[i] == o2[0];
   CHECK_EQ(same, 99);
   _ca_nw_sites_stats(&st);
-  CHECK(st.size_hits > 80);
-  CHECK(st.scans - before < 20);
+  CHECK(st.size_hits - size_before > 150);
+  CHECK(st.scans - before < 60);
+}
+
+/* On a signal stack the scan reads nothing above it (the page beyond this one is unmapped; the
+   scan window is 16 KiB): the context is the call site alone. */
+static volatile int alt_frames = -1, alt_caller = -1;
+static void on_usr1(int sig) {
+  (void)sig;
+  ca_context_t k;
+  _ca_context_capture(&k, __builtin_frame_address(0), __builtin_return_address(0));
+  alt_frames = (int)k.nframes;
+  alt_caller = _ca_context_word(__builtin_frame_address(0), 64) != 0;
+}
+static void test_signal_stack(void) {
+  size_t page = 4096, size = 4 * page;
+  char* m = mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED);
+  CHECK_EQ(munmap(m + size, page), 0);                   /* nothing above the signal stack */
+  stack_t ss = { .ss_sp = m, .ss_size = size, .ss_flags = 0 }, old;
+  CHECK_EQ(sigaltstack(&ss, &old), 0);
+  struct sigaction sa = { 0 }, prev;
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  CHECK_EQ(sigaction(SIGUSR1, &sa, &prev), 0);
+  raise(SIGUSR1);
+  CHECK_EQ(alt_frames, 1);
+  CHECK_EQ(alt_caller, 0);
+  sigaction(SIGUSR1, &prev, NULL);
+  ss.ss_flags = SS_DISABLE;
+  sigaltstack(&ss, NULL);
+  munmap(m, size);
 }
 
 int main(void) {
@@ -143,5 +202,6 @@ int main(void) {
   test_pair_rule();
   test_predictor();
   test_sites();
+  test_signal_stack();
   return check_done("test_nightwatch");
 }
