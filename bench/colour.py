@@ -7,8 +7,9 @@
              1 MiB; 4 MiB with a 2 MiB L2, so that it evicts everything it can): victim ns/access
              alone, with the polluter in ordinary memory, confined to 1/8 of the L2 colours by
              chromalloc, and confined by naive address-bit colours; the victim in ordinary
-             memory, in the other 7/8 of the colours, and in ordinary memory with the first 1/8
-             reserved (chromalloc_colours_reserve moves its pages there to the other 7/8).
+             memory (the first coloured allocation from the polluter's slice reserves it, and
+             the colour layer moves the victim's pages there to the other 7/8), in the other 7/8
+             of the colours, and in ordinary memory with nothing reserved (colour_reserve=0).
              Target: confinement recovers >= 80% of the gap between "ordinary" and "alone".
   calibrate  `chromalloc_calibrate` several times: colours found, time to classify a page
              against 1/8 of the colours (target <= 40 us), time to stock 4 MiB of 1/8-of-L2
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
 LIB = ROOT / "build" / "libchromalloc.so"
 CONFIGS = ["alone", "ordinary", "coloured", "naive"]
-VICTIM_MEMORY = ["ordinary", "other7/8", "reserved"]
+VICTIM_MEMORY = ["ordinary", "other7/8", "unreserved"]
 
 
 def build(cc):
@@ -77,6 +78,8 @@ def pollute(victims, reps):
                 # the colour layer alone: NightWatch would monitor the victim (page traps) and
                 # keep it from protection until its verdict
                 out = run([BUILD / "pollute", str(v), str(polluter)], env={"CHROMALLOC_OPTIONS": "nightwatch=0"})
+                out += run([BUILD / "pollute", str(v), str(polluter), "300", "ordinary"],
+                           env={"CHROMALLOC_OPTIONS": "nightwatch=0,colour_reserve=0"})
             except (RuntimeError, subprocess.TimeoutExpired) as e:      # reported, not fatal
                 say(f"  !! pollute rep {rep + 1}/{reps} victim {v} KiB FAILED: {e}")
                 failures.append({"rep": rep, "victim_kib": v, "error": str(e)})
@@ -142,7 +145,7 @@ def plot(summary, victims, path):
             ax.bar([x + i * width for x in range(len(victims))], ys, width, label=c, color=colors[c])
         ax.set_xticks([x + 1.5 * width for x in range(len(victims))])
         ax.set_xticklabels([f"{v} KiB" for v in victims])
-        ax.set_title(f"victim in {mem} memory" if mem != "reserved" else "victim in ordinary memory, 1/8 reserved")
+        ax.set_title(f"victim in {mem} memory" if mem != "unreserved" else "victim in ordinary memory, nothing reserved")
         ax.set_ylabel("victim ns per access (median)")
         ax.legend(fontsize=8)
     fig.suptitle("polluter streaming twice the L2: alone / ordinary / confined to 1/8 of L2 by chromalloc / naive address bits")

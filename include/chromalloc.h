@@ -73,11 +73,12 @@ long chromalloc_recolour(void* p, size_t len, int colours);
 /* Reserve a colour set (a slice at either end of the level, such as the first 1/8) for memory
    asked for with it, as a pollute buffer: ordinary memory is moved out of its colours, in the
    background, to the complement set.  Covers spans and objects up to the L2's size, 4 times the
-   L2 in all, oldest first, recorded since start-up when NightWatch runs (the default) or else
-   since this call; pages the program has not touched, and memory passed to system calls, are
-   left alone.  One set per process (NightWatch reserves its restrictive 1/8).  Returns 0, or
-   -1 with errno: EINVAL (no such set, or a slice in the middle), EBUSY (another set is
-   reserved), ENOTSUP (colours are off). */
+   L2 in all, oldest first, recorded since start-up (with options colour_reserve=0 and
+   nightwatch=0: since this call); pages the program has not touched, and memory passed to
+   system calls, are left alone.  One set per process.  The first chromalloc_malloc_coloured
+   from a slice of at most 1/4 at either end reserves it by itself (option colour_reserve), and
+   NightWatch reserves its restrictive 1/8.  Returns 0, or -1 with errno: EINVAL (no such set, or
+   a slice in the middle), EBUSY (another set is reserved), ENOTSUP (colours are off). */
 int chromalloc_colours_reserve(int colours);
 
 #define CHROMALLOC_CALIBRATE_QUICK    1   /* skip the pool and agreement measurements */

@@ -8,17 +8,19 @@
      naive        the polluter in pages whose virtual address bits say "first 1/8 of the colours"
                   (what page colouring would do if virtual or guest-physical addresses mapped to
                   cache sets, as they do not in this VM);
-   each with the victim in ordinary memory; as a second row, with the victim in the other 7/8
-   of the colours (so that it shares no colour with a confined polluter); and as a third, with
-   the victim in ordinary memory and the first 1/8 reserved (chromalloc_colours_reserve: the
-   colour layer moves the victim's pages that lie there to the other 7/8, as a pollute buffer).
+   each with the victim in ordinary memory (with the polluter's slice reserved, which the first
+   coloured allocation from it does by default: the colour layer moves the victim's pages that
+   lie there to the other 7/8, as a pollute buffer; with CHROMALLOC_OPTIONS=colour_reserve=0 the
+   row is "unreserved"), and with the victim in the other 7/8 of the colours (so that it shares
+   no colour with a confined polluter).
    Recovery is the part of the gap between "ordinary" and "alone" that confinement wins back.
-   Usage: pollute VICTIM_KIB [POLLUTER_KIB=1024] [PASSES=300]
+   Usage: pollute VICTIM_KIB [POLLUTER_KIB=1024] [PASSES=300] [ordinary]  (ordinary: that row only)
    Output: POLLUTE <victim_kib> <config> <victim_memory> <ns_per_access>, then RESULT. */
 #define _GNU_SOURCE
 #include "../src/bench.h"
 #include <chromalloc.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <time.h>
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
@@ -114,12 +116,12 @@ int main(int argc, char** argv) {
   char** pol_naive = naive_pages(np, colours);
   struct { const char* name; char** pages; size_t n; } pol[] = {
     { "alone", NULL, 0 }, { "ordinary", pol_ord, np }, { "coloured", pol_col, np }, { "naive", pol_naive, np } };
-  static const char* const vmem[] = { "ordinary", "other7/8", "reserved" };
-  for (int vm = 0; vm < 3; vm++) {
-    if (vm == 2 && chromalloc_colours_reserve(low) != 0) fail("cannot reserve the first 1/8 (errno %d)", errno);
+  bool reserved = chromalloc_option("colour_reserve") == 1, only_ordinary = argc > 4 && strcmp(argv[4], "ordinary") == 0;
+  const char* const vmem[] = { reserved ? "ordinary" : "unreserved", "other7/8" };
+  for (int vm = 0; vm < (only_ordinary ? 1 : 2); vm++) {
     char* vblock = vm == 1 ? chromalloc_malloc_coloured(nv * 4096 + 4096, high) : malloc(nv * 4096 + 4096);
     char** vp = pages_of(check_alloc(vblock, nv * 4096), nv);
-    if (vm == 2) wait_protected();
+    if (vm == 0 && reserved) wait_protected();
     void* ring = make_ring(vp, nv, &r);
     for (int k = 0; k < 4; k++)
       printf("POLLUTE %ld %s %s %.3f\n", victim_kib, pol[k].name, vmem[vm],

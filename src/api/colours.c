@@ -15,6 +15,7 @@ ca_export int chromalloc_colours(unsigned level, unsigned from, unsigned to, uns
 ca_export void* chromalloc_malloc_coloured(size_t size, int colours) {
   if (colours < 1 || colours > CA_COLOUR_SETS) { errno = EINVAL; return NULL; }
   _ca_ensure_init();
+  _ca_colour_reserve_first(colours);
   return _ca_malloc_flavour(size, (uint8_t)colours);
 }
 

@@ -10,6 +10,7 @@
    - At exit the statistics are written when CHROMALLOC_STATS is set. */
 #include "../core/internal.h"
 #include "../policy/nightwatch.h"
+#include "../color/colour.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ void _ca_process_init(void) {
   thread_key_ok = pthread_key_create(&thread_key, thread_done) == 0;
   atomic_store_explicit(&_ca_process.state, 2, ca_release);
   _ca_nightwatch_init();
+  if (_ca_opt(CA_OPT_COLOUR_RESERVE) != 0) _ca_colour_protect_default();   /* record from the start */
 }
 
 ca_heap_t* _ca_thread_init(void) {

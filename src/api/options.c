@@ -30,6 +30,11 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
   [CA_OPT_COLOUR_POOL]   = { "colour_pool", 4, 1, 1024, NULL,
                              "MiB of classified pages kept in stock per colour set (grows to the biggest "
                              "coloured request seen, up to 64 MiB)" },
+  [CA_OPT_COLOUR_RESERVE] = { "colour_reserve", 1, 0, 1, bool_words,
+                             "the program's first coloured allocation from a slice of at most 1/4 at "
+                             "either end of the L2 reserves that slice as a pollute buffer "
+                             "(chromalloc_colours_reserve): ordinary memory recorded since start-up is "
+                             "moved out of its colours; 0: only an explicit call reserves" },
   [CA_OPT_PURGE_DELAY]   = { "purge_delay", 10, -1, 3600000, NULL,
                              "ms before free memory is returned to the OS (0 at once, -1 never)" },
   [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 32, 0, 65536, NULL,

@@ -156,6 +156,7 @@ void  _ca_colour_stats_json(ca_buf_t* b);
 long  _ca_recolour(void* p, size_t len, int id);
 void  _ca_colour_protect_default(void);
 int   _ca_colour_reserve(int id);
+void  _ca_colour_reserve_first(int id);    /* a coloured allocation from set id: maybe reserve it */
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {

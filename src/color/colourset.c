@@ -557,6 +557,22 @@ int _ca_colour_reserve(int id) {
   return 0;
 }
 
+/* The first coloured allocation from a slice of at most a quarter at either end of the level
+   reserves it, once per process (option colour_reserve): what a program confines there should
+   evict nothing else.  Failure (another set reserved, colours off) changes nothing. */
+void _ca_colour_reserve_first(int id) {
+  static _Atomic(bool) tried;
+  if (_ca_opt(CA_OPT_COLOUR_RESERVE) == 0 || atomic_load_explicit(&tried, ca_relaxed)) return;
+  _ca_lock(&L.lock);
+  ca_colour_set_t s = L.sets[id];
+  _ca_unlock(&L.lock);
+  if (!s.used || (s.from != 0 && s.to != s.den) || 4 * (s.to - s.from) > s.den) return;
+  if (atomic_exchange(&tried, true)) return;
+  int e = errno;
+  _ca_colour_reserve(id);
+  errno = e;
+}
+
 /* ---- registering sets ------------------------------------------------------------------------ */
 
 /* A colour set id (the flavour), or -1 with errno. */

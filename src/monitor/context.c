@@ -156,15 +156,17 @@ static void find_stack(uintptr_t sp) {
     pthread_attr_getstack(&a, &base, &size);
     pthread_attr_destroy(&a);
   }
+  extern void* __libc_stack_end;
+  uintptr_t end = (uintptr_t)__libc_stack_end;
   if (known && base != NULL) {
     if (sp < (uintptr_t)base || sp >= (uintptr_t)base + size) return;   /* on another stack */
     stack_lo = (uintptr_t)base;
     stack_top = (uintptr_t)base + size;
+    if (end > sp && end < stack_top) stack_top = end;   /* main thread: no frames in argv, envp, auxv */
     return;
   }
-  extern void* __libc_stack_end;
   stack_lo = 0;
-  stack_top = (uintptr_t)__libc_stack_end > sp ? (uintptr_t)__libc_stack_end : sp;   /* argv lies above */
+  stack_top = end > sp ? end : sp;                    /* argv lies above */
 }
 
 /* Is sp on this thread's own stack (not a signal stack, where the words above may be unmapped)? */

@@ -175,13 +175,13 @@ static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) 
    of the time the program has run. */
 static bool within_budget(size_t n, bool learning) {
   if (NW.monitor_all) return true;
+  if (NW.budget_pm == 0) return false;
   /* refused until then: a coarse clock read, not the sums and a precise clock on every chunk
      (learning contexts recomputed it for each of mixed's 160,000 chunks: 8% of its time) */
   _Atomic(uint64_t)* next = &NW.next_ok_ms[learning];
   if (_ca_clock_ms() < atomic_load_explicit(next, ca_relaxed)) { bump(&NW.over_budget, 1); return false; }
   uint64_t spent = _ca_monitor_cost_ns() + atomic_load_explicit(&NW.alloc_cost_ns, ca_relaxed);
   spent += (uint64_t)_ca_monitor_samples(n / CA_OS_PAGE) * _ca_monitor_page_cost_ns();
-  if (NW.budget_pm == 0) return false;
   /* a context still learning (fewer than the two verdicts a prediction needs) may take twice
      the share: one busy context must not starve the rest, and a polluter context's chunks stay
      open until its second verdict (pv frames: with the second verdict at the plain share, the

@@ -1,7 +1,8 @@
 /* Protection on this machine (internal interfaces: built static only): an ordinary 512 KiB
    object, recorded as the core hands it out, has its pages that lie in the first eighth of the
    L2's colours moved to the other seven eighths once protection is armed, while another thread
-   keeps writing to it (no write may be lost).  When colours cannot be controlled here the
+   keeps writing to it (no write may be lost).  Protection is armed the way a program's first
+   coloured allocation from the first eighth arms it.  When colours cannot be controlled here the
    timing checks are skipped, saying so; the data checks always run. */
 #include "check.h"
 #include "../../src/color/colour.h"
@@ -47,7 +48,14 @@ int main(void) {
   int low = _ca_colour_set(0, 1, 8), rest = _ca_colour_set(1, 8, 8);
   bool ready = low > 0 && rest > 0 && _ca_colour_prepare(rest, 64, 60000) == 0;
   if (ready) {
-    _ca_protect_arm(low, rest);
+    /* a coloured allocation reserves a small slice at either end, not a big one (option
+       colour_reserve, on by default) */
+    _ca_colour_reserve_first(rest);
+    CHECK(!_ca_protect_armed());
+    _ca_colour_reserve_first(low);
+    CHECK(_ca_protect_armed());
+    CHECK(!_ca_protect_arm(rest, low));                   /* armed with (low, rest) */
+    CHECK(_ca_protect_arm(low, rest));
     for (int s = 0; s < 600 && _ca_protect_pending() > 0; s++) usleep(100000);
   }
   atomic_store(&stop, true);
