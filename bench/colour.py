@@ -119,12 +119,19 @@ def calibrate(reps):
 
 
 def recolour(reps):
-    runs = []
+    """Returns the runs, the median and the runs that failed (reported, not fatal)."""
+    runs, failures = [], []
     for rep in range(reps):
-        line = next(l for l in run([BUILD / "recolour"]).splitlines() if l.startswith("RECOLOUR"))
+        try:
+            line = next(l for l in run([BUILD / "recolour"]).splitlines() if l.startswith("RECOLOUR"))
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            say(f"  !! recolour rep {rep + 1}/{reps} FAILED: {e}")
+            failures.append({"rep": rep, "error": str(e)})
+            continue
         _, pages, med, p90 = line.split()
         runs.append({"pages": int(pages), "us_median": float(med), "us_p90": float(p90)})
-    return runs, {"us_per_page_median": statistics.median(r["us_median"] for r in runs)}
+    med = statistics.median(r["us_median"] for r in runs) if runs else None
+    return runs, {"us_per_page_median": med}, failures
 
 
 def plot(summary, victims, path):
@@ -171,7 +178,7 @@ def main():
     say("== polluter / victim")
     rows, pol, pol_failures = pollute(victims, args.reps)
     say("== recolouring")
-    rec_runs, rec = recolour(3)
+    rec_runs, rec, rec_failures = recolour(3)
     with open(out / "colour.csv", "w") as f:
         f.write("rep,victim_kib,config,victim_memory,ns_per_access,colours\n")
         for r in rows:
@@ -187,12 +194,15 @@ def main():
     if pol_failures:
         targets.append({"target": "every polluter/victim run completes", "value": f"{len(pol_failures)} failed",
                         "status": "FAIL"})
+    if rec_failures:
+        targets.append({"target": "every recolouring run completes", "value": f"{len(rec_failures)} failed",
+                        "status": "FAIL"})
     for key, s in pol.items():
         r = s["recovery"]["coloured"]
         targets.append({"target": f"confined polluter recovers >= 80% of the gap ({key} victim)", "value": r,
                         "status": "PASS" if r is not None and r >= 0.8 else "FAIL"})
     doc = {"calibration": {"median": cal, "runs": cal_runs}, "pollute": pol, "pollute_failures": pol_failures,
-           "recolour": {"median": rec, "runs": rec_runs}, "targets": targets,
+           "recolour": {"median": rec, "runs": rec_runs, "failures": rec_failures}, "targets": targets,
            "command": " ".join(sys.argv)}
     with open(out / "colour_summary.json", "w") as f:
         json.dump(doc, f, indent=1)
@@ -207,7 +217,8 @@ def main():
     say(f"\nCalibration (median of {len(cal_runs)}): {cal['colours']} colours, classify {cal['classify_restricted_us']:.1f} us "
         f"(1/8) / {cal['classify_all_us']:.1f} us (all), 4 MiB pool {cal['pool_4mib_s']:.2f} s, agreement "
         f"{100 * cal['agreement']:.1f}%, unclassified {100 * cal['unclassified']:.1f}%, {cal['seconds']:.1f} s in all")
-    say(f"Recolouring: {rec['us_per_page_median']:.1f} us per page (median of runs)")
+    rp = rec['us_per_page_median']
+    say(f"Recolouring: {rp:.1f} us per page (median of runs)" if rp is not None else "Recolouring: every run failed")
     say("\nTargets (colour; reported, not enforced):")
     for t in targets:
         say(f"  {t['status']:4}  {t['target']}: {t['value']}")
