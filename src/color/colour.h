@@ -157,6 +157,9 @@ long  _ca_recolour(void* p, size_t len, int id);
 void  _ca_colour_protect_default(void);
 int   _ca_colour_reserve(int id);
 void  _ca_colour_reserve_first(int id);    /* a coloured allocation from set id: maybe reserve it */
+typedef enum { CA_STOCK_OK, CA_STOCK_SLOW, CA_STOCK_STARVED } ca_stock_progress_t;
+ca_stock_progress_t _ca_colour_progress(size_t classified, size_t taken);   /* a stretch of stocking */
+uint64_t _ca_colour_backoff(uint64_t ms, bool bad);   /* the worker's next sleep after a round */
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {

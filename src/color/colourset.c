@@ -342,6 +342,20 @@ static const ca_protect_ops_t protect_ops = { colour_in_set, colour_move_to, pag
 #define BACKOFF_MIN_MS 500                   /* a slow or starved stretch: the worker sleeps this long, */
 #define BACKOFF_MAX_MS 30000                 /* doubling up to this, until a round fills the pools */
 
+/* A stretch of stocking judged: a set's colour is 1 page in 16-64 and the strict test confirms
+   20-65% of them, so a 1/8 slice keeps 1 page in 40 or more.  Keeping fewer than 1 in 1024, a
+   set is no colour's (2.4 million pages classified in two minutes stocked 211 pages once,
+   holding 9 GB of rejected frames); fewer than 1 in 256, the host is too noisy for the strict
+   test just then (1 page in 700: 1.7 million pages in two minutes, a whole CPU, for 2500). */
+ca_stock_progress_t _ca_colour_progress(size_t classified, size_t taken) {
+  return taken * 1024 < classified ? CA_STOCK_STARVED : taken * 256 < classified ? CA_STOCK_SLOW : CA_STOCK_OK;
+}
+
+/* The worker's sleep after a round: none after a good one, else 0.5 s doubling to 30 s. */
+uint64_t _ca_colour_backoff(uint64_t ms, bool bad) {
+  return !bad ? 0 : ms == 0 ? BACKOFF_MIN_MS : ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms * 2;
+}
+
 static void release_rejected(ca_page_pool_t* rejected) {
   for (void* page; (page = _ca_pool_pop(rejected)) != NULL;) _ca_os_purge(page, CA_OS_PAGE);
 }
@@ -450,14 +464,11 @@ static void* worker_main(void* arg) {
         stretch_classified += BATCH;
       }
       if (rejected.count >= REJECTED_MAX) release_rejected(&rejected);
-      /* a set's colour is 1 page in 16-64 and the strict test confirms 20-65% of them: a set that
-         confirms almost none is not a colour's (2.4 million pages classified in two minutes
-         stocked 211 pages once, holding 9 GB of rejected frames); sets that confirm few, on a
-         host too noisy for the strict test just then (1 page in 700: 1.7 million pages in two
-         minutes, a whole CPU, for 2500 pages), are left to a quieter moment */
+      /* sets that confirm almost nothing are dropped; few, left to a quieter moment */
       if (stretch_classified >= STRETCH) {
-        suspect = stretch_taken * 1024 < stretch_classified;
-        slow = !suspect && stretch_taken * 256 < stretch_classified;
+        ca_stock_progress_t g = _ca_colour_progress(stretch_classified, stretch_taken);
+        suspect = g == CA_STOCK_STARVED;
+        slow = g == CA_STOCK_SLOW;
         stretch_classified = stretch_taken = 0;
       }
       pthread_mutex_lock(&L.wake_lock);
@@ -469,7 +480,7 @@ static void* worker_main(void* arg) {
     if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
     if (suspect) drop_sets();
     if (slow || suspect) L.backoffs++;
-    backoff_ms = !(slow || suspect) ? 0 : backoff_ms == 0 ? BACKOFF_MIN_MS : backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff_ms * 2;
+    backoff_ms = _ca_colour_backoff(backoff_ms, slow || suspect);
     if (_ca_clock_ms() - last_verify > 2000) { verify_sample(&rng); last_verify = _ca_clock_ms(); }
     size_t pending = protect_some(256);
     /* sleep until a pool runs low or a set is added (briefly while ranges wait) */

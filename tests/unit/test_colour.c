@@ -9,7 +9,9 @@
    colour stay out of its pool, and the profile JSON round-trips.  Protection (protect.c) runs
    with a fake colour test and a fake move: exactly the pages of live, old enough ranges that
    lie in the set are moved, once each; a removed range is never touched, and removing a range
-   waits while the worker is at one of its pages; a system call's buffer drops its ranges. */
+   waits while the worker is at one of its pages; a system call's buffer drops its ranges.  The
+   worker's judgement of a stretch of stocking: sets that work keep a 1/8 slice's share, sets of
+   no colour are starved, and the worker's sleep after bad rounds doubles to its cap. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include "../../src/core/hooks.h"
@@ -375,6 +377,42 @@ static void test_protect_syscalls(void) {
   close(fd[1]);
 }
 
+/* 32768 fresh pages classified against the first 1/8 of the colours, as the worker stocks */
+static ca_stock_progress_t stock_stretch(sim_t* s, const ca_colour_map_t* map, uint64_t base) {
+  uint64_t mask = 0;
+  for (uint32_t c = 0; c < map->ncolours; c++) if (oracle(s, map->ref[c]) < s->colours / 8) mask |= (uint64_t)1 << c;
+  size_t taken = 0, n = 32768;
+  for (size_t i = 0; i < n; i++) taken += _ca_colour_classify(&s->base, map, (void*)(uintptr_t)(base + i * 4096), mask) >= 0;
+  fprintf(stderr, "stock stretch: %zu of %zu pages taken\n", taken, n);
+  return _ca_colour_progress(n, taken);
+}
+
+static void test_stock_progress(void) {
+  sim_t s = sim(32, 8, 0.01);
+  ca_page_source_t src = fake_source(4096, 0x200000000ull);
+  static ca_colour_map_t map;
+  memset(&map, 0, sizeof map);
+  map.ways = 8;
+  uint64_t rng = 5;
+  CHECK_EQ(_ca_colour_discover(&s.base, &map, &src, 0, 16, 60000, &rng, NULL), 32);
+  CHECK_EQ(stock_stretch(&s, &map, 0x400000000ull), CA_STOCK_OK);
+  /* sets of no colour: members of eight different colours */
+  for (uint32_t c = 0; c < map.ncolours; c++)
+    for (uint32_t w = 0; w < map.ways; w++)
+      for (size_t i = 0; i < src.npages; i++)
+        if (oracle(&s, src.pages[i]) == (oracle(&s, map.ref[c]) + 1 + w) % s.colours) { map.set[c][w] = src.pages[i]; break; }
+  CHECK_EQ(stock_stretch(&s, &map, 0x500000000ull), CA_STOCK_STARVED);
+  CHECK_EQ(_ca_colour_progress(32768, 100), CA_STOCK_SLOW);   /* 1 in 328: a noisy moment */
+  uint64_t ms = 0, seen[8];
+  for (int i = 0; i < 8; i++) seen[i] = ms = _ca_colour_backoff(ms, true);
+  CHECK_EQ(seen[0], 500);
+  CHECK_EQ(seen[1], 1000);
+  CHECK_EQ(seen[6], 30000);                                 /* 32 s capped */
+  CHECK_EQ(seen[7], 30000);
+  CHECK_EQ(_ca_colour_backoff(ms, false), 0);
+  free_source(&src);
+}
+
 int main(void) {
   require_chromalloc("test_colour");
   test_pool();
@@ -387,5 +425,6 @@ int main(void) {
   test_partial();
   test_protect();
   test_protect_syscalls();
+  test_stock_progress();
   return check_done("test_colour");
 }
