@@ -207,13 +207,14 @@ int _ca_nw_context_of(size_t n, const void* frame, const void* ret) {
     if (ctx >= 0) { count(&S.size_hits); return ctx; }
   }
   found_t f = scan(frame, ret);
-  if (f.ctx < 0 || s == NULL) return f.ctx;
+  if (f.ctx < 0) return f.ctx;
+  if (se.e != NULL) entry_learn(se.e, se.v, se.key, f.ctx);
+  if (ce.e != NULL) entry_learn(ce.e, ce.v, ce.key, f.ctx);
+  if (s == NULL) return f.ctx;                                /* no room for the site: sizes only */
   slot_learn(s, f.at1);
   if (stranger && (uint32_t)f.ctx + 1 == SITE_CTX(v))         /* the slot misled: forget it */
     atomic_store_explicit(&s->slot, SITE_WORD(0, 0, SLOT_NONE), ca_relaxed);
   if (SITE_STATE(v) != SITE_WRAPPER) site_learn(s, v, f);
-  if (se.e != NULL) entry_learn(se.e, se.v, se.key, f.ctx);
-  if (ce.e != NULL) entry_learn(ce.e, ce.v, ce.key, f.ctx);
   return f.ctx;
 }
 
