@@ -5,13 +5,16 @@
    passes, best pass kept, five times in turn; printed: GB/s moved (written + read) for each,
    and the time ratio coloured / ordinary.  It first waits (up to 150 s) for 1/8 stock that
    covers the largest size, so that no coloured buffer falls back to ordinary pages.
-   Usage: sweep [KIB ...]   (default 256 512 1024 2048 3072)
+   Usage: sweep [busy] [KIB ...]   (default 256 512 1024 2048 3072)
+     busy: then ask for a 16 MiB coloured block once (freed at once), so that the colour worker
+     stocks in the background, on the other CPU, while the buffers are measured
    Needs chromalloc (linked with -lchromalloc); run with CHROMALLOC_OPTIONS=nightwatch=0. */
 #include <chromalloc.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
@@ -33,6 +36,9 @@ static double best_pass(uint64_t* b, size_t words, int passes) {
 }
 
 int main(int argc, char** argv) {
+  int busy = argc > 1 && strcmp(argv[1], "busy") == 0;
+  argc -= busy;
+  argv += busy;
   size_t def[] = { 256, 512, 1024, 2048, 3072 }, n = argc > 1 ? (size_t)argc - 1 : 5;
   size_t max = 0;
   for (size_t k = 0; k < n; k++) { size_t v = argc > 1 ? strtoul(argv[k + 1], NULL, 10) : def[k]; if (v > max) max = v; }
@@ -41,6 +47,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "sweep: no stock of 1/8 of the L2 (errno %d)\n", errno);
     return 1;
   }
+  if (busy) free(chromalloc_malloc_coloured(16u << 20, low));   /* the stock target grows */
   for (size_t k = 0; k < n; k++) {
     size_t kib = argc > 1 ? strtoul(argv[k + 1], NULL, 10) : def[k], bytes = kib << 10;
     uint64_t* o = malloc(bytes);
