@@ -356,6 +356,16 @@ uint64_t _ca_colour_backoff(uint64_t ms, bool bad) {
   return !bad ? 0 : ms == 0 ? BACKOFF_MIN_MS : ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms * 2;
 }
 
+/* Wait (wake_lock held) for a wake-up or ms milliseconds. */
+static void wait_wake(uint64_t ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  t.tv_sec += (time_t)(ms / 1000);
+  t.tv_nsec += (long)(ms % 1000) * 1000000;
+  if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; }
+  pthread_cond_timedwait(&L.wake, &L.wake_lock, &t);
+}
+
 static void release_rejected(ca_page_pool_t* rejected) {
   for (void* page; (page = _ca_pool_pop(rejected)) != NULL;) _ca_os_purge(page, CA_OS_PAGE);
 }
@@ -485,15 +495,7 @@ static void* worker_main(void* arg) {
     size_t pending = protect_some(256);
     /* sleep until a pool runs low or a set is added (briefly while ranges wait) */
     pthread_mutex_lock(&L.wake_lock);
-    if ((!pools_short(gen) || backoff_ms > 0) && !replan(gen)) {
-      struct timespec t;
-      clock_gettime(CLOCK_REALTIME, &t);
-      uint64_t ms = backoff_ms > 0 ? backoff_ms : pending ? 20 : 2000;
-      t.tv_sec += (time_t)(ms / 1000);
-      t.tv_nsec += (long)(ms % 1000) * 1000000;
-      if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; }
-      pthread_cond_timedwait(&L.wake, &L.wake_lock, &t);
-    }
+    if ((!pools_short(gen) || backoff_ms > 0) && !replan(gen)) wait_wake(backoff_ms > 0 ? backoff_ms : pending ? 20 : 2000);
     pthread_mutex_unlock(&L.wake_lock);
   }
   return NULL;
@@ -563,15 +565,22 @@ void _ca_colour_protect_default(void) {
   install_hooks();
 }
 
+/* Set id (1..CA_COLOUR_SETS) when it is a slice at either end of the level, else one not used. */
+static ca_colour_set_t end_slice(int id) {
+  _ca_lock(&L.lock);
+  ca_colour_set_t s = L.sets[id];
+  _ca_unlock(&L.lock);
+  if (s.from != 0 && s.to != s.den) s.used = false;
+  return s;
+}
+
 /* Keep ordinary memory out of set id, a slice at either end of the level: the worker moves the
    recorded pages in its colours to the complement set.  0, or -1 with errno. */
 int _ca_colour_reserve(int id) {
   if (_ca_opt(CA_OPT_COLOURS) == 0 || atomic_load_explicit(&L.state, ca_acquire) == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
   if (id < 1 || id > CA_COLOUR_SETS) { errno = EINVAL; return -1; }
-  _ca_lock(&L.lock);
-  ca_colour_set_t s = L.sets[id];
-  _ca_unlock(&L.lock);
-  if (!s.used || (s.from != 0 && s.to != s.den) || (s.from == 0 && s.to == s.den)) { errno = EINVAL; return -1; }
+  ca_colour_set_t s = end_slice(id);
+  if (!s.used || (s.from == 0 && s.to == s.den)) { errno = EINVAL; return -1; }
   int comp = s.from == 0 ? _ca_colour_set(s.to, s.den, s.den) : _ca_colour_set(0, s.from, s.den);
   if (comp < 0) return -1;
   if (!_ca_protect_recording()) _ca_colour_protect_default();
@@ -586,10 +595,8 @@ int _ca_colour_reserve(int id) {
 void _ca_colour_reserve_first(int id) {
   static _Atomic(bool) tried;
   if (_ca_opt(CA_OPT_COLOUR_RESERVE) == 0 || atomic_load_explicit(&tried, ca_relaxed)) return;
-  _ca_lock(&L.lock);
-  ca_colour_set_t s = L.sets[id];
-  _ca_unlock(&L.lock);
-  if (!s.used || (s.from != 0 && s.to != s.den) || 4 * (s.to - s.from) > s.den) return;
+  ca_colour_set_t s = end_slice(id);
+  if (!s.used || 4 * (s.to - s.from) > s.den) return;
   if (atomic_exchange(&tried, true)) return;
   int e = errno;
   _ca_colour_reserve(id);
@@ -652,11 +659,7 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
     if (st == CA_COLOURS_READY && have >= pages) return 0;
     if (_ca_clock_ms() >= deadline) { errno = ETIMEDOUT; return -1; }
     pthread_mutex_lock(&L.wake_lock);
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_nsec += 50000000;
-    if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; }
-    pthread_cond_timedwait(&L.wake, &L.wake_lock, &t);
+    wait_wake(50);
     pthread_mutex_unlock(&L.wake_lock);
   }
 }

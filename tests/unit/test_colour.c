@@ -211,16 +211,21 @@ static void test_pool(void) {
   munmap(range, 16 * 4096);
 }
 
+/* A map of every colour of the simulated cache, found from src (`expected`: the colour count the discovery is told to expect) */
+static uint32_t discover_all(sim_t* s, ca_page_source_t* src, ca_colour_map_t* map, uint32_t expected) {
+  memset(map, 0, sizeof *map);
+  map->ways = s->ways;
+  uint64_t rng = 5;
+  return _ca_colour_discover(&s->base, map, src, 0, expected, 60000, &rng, NULL);
+}
+
 /* Pages that share part of their sets with a second colour (a third of them, as on a Zen 5 L2)
    join that colour's pool under the plain test; the strict test keeps them out. */
 static void test_partial(void) {
   sim_t s = sim(32, 8, 0);
   ca_page_source_t src = fake_source(4096, 0x400000000ull);
   static ca_colour_map_t map;
-  memset(&map, 0, sizeof map);
-  map.ways = 8;
-  uint64_t rng = 5;
-  CHECK_EQ(_ca_colour_discover(&s.base, &map, &src, 0, 32, 60000, &rng, NULL), 32);
+  CHECK_EQ(discover_all(&s, &src, &map, 32), 32);
   int index_of[64];
   for (uint32_t c = 0; c < map.ncolours; c++) index_of[oracle(&s, map.ref[c])] = (int)c;
   s.partial_pct = 33;
@@ -391,10 +396,7 @@ static void test_stock_progress(void) {
   sim_t s = sim(32, 8, 0.01);
   ca_page_source_t src = fake_source(4096, 0x200000000ull);
   static ca_colour_map_t map;
-  memset(&map, 0, sizeof map);
-  map.ways = 8;
-  uint64_t rng = 5;
-  CHECK_EQ(_ca_colour_discover(&s.base, &map, &src, 0, 16, 60000, &rng, NULL), 32);
+  CHECK_EQ(discover_all(&s, &src, &map, 16), 32);
   CHECK_EQ(stock_stretch(&s, &map, 0x400000000ull), CA_STOCK_OK);
   /* sets of no colour: members of eight different colours */
   for (uint32_t c = 0; c < map.ncolours; c++)
