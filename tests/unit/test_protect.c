@@ -1,5 +1,5 @@
-/* Protection on this machine (internal interfaces: built static only): an ordinary 512 KiB
-   object, recorded as the core hands it out, has its pages that lie in the first eighth of the
+/* Protection on this machine (internal interfaces: built static only): an ordinary object of
+   half the L2 (ranges up to the L2's size are recorded), recorded as the core hands it out, has its pages that lie in the first eighth of the
    L2's colours moved to the other seven eighths once protection is armed, while another thread
    keeps writing to it (no write may be lost).  Protection is armed the way a program's first
    coloured allocation from the first eighth arms it.  When colours cannot be controlled here the
@@ -10,7 +10,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 
-#define PAGES 128
+static size_t PAGES = 128;               /* half the L2, set from the machine */
 
 static volatile unsigned long* buf;
 static atomic_bool stop;
@@ -18,7 +18,7 @@ static unsigned long rounds;
 
 static void* writer(void* arg) {
   while (!atomic_load(&stop)) {
-    for (int i = 0; i < PAGES; i++) buf[i * 512]++;
+    for (size_t i = 0; i < PAGES; i++) buf[i * 512]++;
     rounds++;
   }
   return arg;
@@ -37,6 +37,8 @@ static long protect_stat(const char* key) {
 
 int main(void) {
   require_chromalloc("test_protect");
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
+    if (_ca_machine.levels[i].level == 2) PAGES = _ca_machine.levels[i].size / 2 / 4096;
   /* a large object, as malloc makes it but past NightWatch, which could monitor it (page traps)
      and keep it from protection until its verdict */
   buf = _ca_large_alloc(PAGES * 4096 + 100, 0, false, 0);
@@ -61,37 +63,40 @@ int main(void) {
   atomic_store(&stop, true);
   pthread_join(t, NULL);
   bool intact = true;
-  for (int i = 0; i < PAGES; i++) intact &= buf[i * 512] == rounds;
+  for (size_t i = 0; i < PAGES; i++) intact &= buf[i * 512] == rounds;
   CHECK(intact);                                          /* no write lost across the moves */
   if (!ready) {
     fprintf(stderr, "test_protect: colours not available here: placement not checked\n");
     return check_done("test_protect");
   }
   long checked = protect_stat("pages_checked"), moved = protect_stat("pages_moved");
-  CHECK(checked >= PAGES);
+  CHECK(checked >= (long)PAGES);
   CHECK_EQ(_ca_protect_pending(), 0);
   /* the live check places a page only among the colours that have eviction sets (here, those of
-     the first eighth): a control of as many unrecorded pages shows how many it finds there without
+     the first eighth): a control of CONTROL unrecorded pages shows how many it finds there without
      protection (1 in 8 at random, fewer as the strict check misses some) */
-  uint8_t* control = mmap(NULL, PAGES * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  enum { CONTROL = 256 };
+  uint8_t* control = mmap(NULL, CONTROL * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(control != MAP_FAILED);
-  memset(control, 1, PAGES * 4096);
+  memset(control, 1, CONTROL * 4096);
   int colours = _ca_colour_count(), in_control = 0, in_buf = 0;
   for (int tries = 0; tries < 3 && in_control < 6; tries++) {
     in_control = in_buf = 0;
-    for (int i = 0; i < PAGES; i++) {
+    for (size_t i = 0; i < CONTROL; i++) {
       int c = _ca_colour_of(control + i * 4096);
       in_control += c >= 0 && c < colours / 8;
-      c = _ca_colour_of((const void*)((uintptr_t)(buf + i * 512) & ~(uintptr_t)4095));
+    }
+    for (size_t i = 0; i < PAGES; i++) {
+      int c = _ca_colour_of((const void*)((uintptr_t)(buf + i * 512) & ~(uintptr_t)4095));
       in_buf += c >= 0 && c < colours / 8;
     }
   }
-  munmap(control, PAGES * 4096);
+  munmap(control, CONTROL * 4096);
   fprintf(stderr, "test_protect: %ld pages checked, %ld moved; pages found in the first eighth: "
-          "%d of the object's %d, %d of %d unprotected ones\n", checked, moved, in_buf, PAGES, in_control, PAGES);
+          "%d of the object's %zu, %d of %d unprotected ones\n", checked, moved, in_buf, PAGES, in_control, CONTROL);
   if (in_control >= 6) {
     CHECK(moved > 0);
-    CHECK(in_buf * 2 <= in_control);                     /* random: about equal; protected: few */
+    CHECK((size_t)in_buf * 2 * CONTROL <= (size_t)in_control * PAGES); /* random: same share; protected: few */
   } else {
     fprintf(stderr, "test_protect: the live check found too few pages of the first eighth now (a noisy host): placement not checked\n");
   }
