@@ -169,16 +169,23 @@ static int excluded(void* page, uint64_t excl) {
   return -1;
 }
 
-/* The colours the sets need pages tested against: a set's own, or for a set by elimination
-   the colours it excludes (only those when `excluded_only`), among the colours discovered. */
+/* The colours discovered so far. */
+static uint64_t known_colours(void) {
+  return L.map.ncolours >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << L.map.ncolours) - 1);
+}
+
+/* The colours the sets short of stock need pages tested against: a set's own, or for a set by
+   elimination the colours it excludes (only those when `excluded_only`), among the colours
+   discovered.  A full set costs no tests (with the 7/8 complement of protection stocked, the
+   second look of excluded() took most of the time that stocking the first 1/8 needed). */
 static uint64_t sets_mask(bool excluded_only) {
   uint64_t m = 0;
   _ca_lock(&L.lock);
   for (int i = 1; i <= CA_COLOUR_SETS; i++)
-    if (L.sets[i].used && (L.sets[i].by_elimination || !excluded_only))
+    if (L.sets[i].used && L.sets[i].pool.count < L.sets[i].target && (L.sets[i].by_elimination || !excluded_only))
       m |= L.sets[i].by_elimination ? ~L.sets[i].mask : L.sets[i].mask;
   _ca_unlock(&L.lock);
-  return m & (L.map.ncolours >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << L.map.ncolours) - 1));
+  return m & known_colours();
 }
 
 /* Re-test a few pooled pages of each set; drop those no longer of the set. */
@@ -194,7 +201,7 @@ static void verify_sample(uint64_t* rng) {
       _ca_unlock(&L.lock);
       if (page == NULL) break;
       uint64_t m = s->by_elimination ? ~s->mask : s->mask;
-      int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & sets_mask(false));
+      int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & known_colours());
       bool ok = s->by_elimination ? c < 0 : c >= 0;
       if (ok) continue;
       if ((s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
@@ -446,7 +453,6 @@ static void* worker_main(void* arg) {
        that the sets still work; a batch measured in a noisy moment is thrown away.  Pages no set
        takes keep their frames until the round ends: released at once, the kernel would hand
        the very same frames (of the wrong colours) back in the next chunk. */
-    uint64_t mask = sets_mask(false), excl = sets_mask(true);
     ca_page_pool_t rejected = {0};
     size_t stretch_classified = 0, stretch_taken = 0;
     bool suspect = false, slow = false;
@@ -455,6 +461,7 @@ static void* worker_main(void* arg) {
       if (chunk == NULL) break;
       for (size_t b = 0; b < STOCK_CHUNK; b += BATCH) {
         int colour[BATCH];
+        uint64_t mask = sets_mask(false), excl = sets_mask(true);
         for (int tries = 0; !quiet_window() && tries < 50; tries++) {
           struct timespec t = { 0, 20000000 };
           nanosleep(&t, NULL);
