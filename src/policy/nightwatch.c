@@ -80,8 +80,8 @@ static struct {
   uint64_t          start_ns, budget_pm;
   char              off_reason[96];
   _Atomic(uint64_t) chunks, monitored, restrictive, switches, lost, over_budget, alloc_cost_ns;
-  _Atomic(uint64_t) next_ok_ms[2];            /* the budget allows nothing before (coarse clock;
-                                                 [1]: the share of contexts still learning) */
+  _Atomic(uint64_t) next_ok_ms[4];            /* the budget allows nothing before (coarse clock),
+                                                 per share (within_budget) */
 } NW;
 
 /* statistics counters on the allocation path: a plain load and store (no locked instruction);
@@ -172,21 +172,29 @@ static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) 
 
 /* Monitoring may start a chunk of n bytes when what it cost so far, and what this chunk will
    cost (its sampled pages at the average cost of a sampled page), are within the budget's share
-   of the time the program has run. */
-static bool within_budget(size_t n, bool learning) {
+   of the time the program has run.  The share, in halves of the budget: a context whose first
+   verdict was a polluter may take four times the budget for its second (one chunk per context;
+   until then its chunks stay open, and pv frames ran 2200 of 6000 frames open with the second
+   verdict at the plain share, 950 at four times); one still learning otherwise (fewer than two
+   verdicts) the budget; the others half of it, so that one busy context does not starve the
+   rest.  (With every learning context at twice the budget, mixed's contexts, whose chunks are
+   mostly freed before a verdict, stayed learning, and monitoring took 1.0% of its run for a
+   budget of 0.5%.) */
+int _ca_nw_budget_halves(int ctx) {
+  const nw_ctx_t* c = &NW.ctx[ctx];
+  return c->nverdicts == 1 && c->history == 1 ? 8 : c->nverdicts < 2 ? 2 : 1;
+}
+
+static bool within_budget(size_t n, int halves) {
   if (NW.monitor_all) return true;
   if (NW.budget_pm == 0) return false;
   /* refused until then: a coarse clock read, not the sums and a precise clock on every chunk
      (learning contexts recomputed it for each of mixed's 160,000 chunks: 8% of its time) */
-  _Atomic(uint64_t)* next = &NW.next_ok_ms[learning];
+  _Atomic(uint64_t)* next = &NW.next_ok_ms[__builtin_ctz((unsigned)halves)];   /* 1, 2, 8: 0, 1, 3 */
   if (_ca_clock_ms() < atomic_load_explicit(next, ca_relaxed)) { bump(&NW.over_budget, 1); return false; }
   uint64_t spent = _ca_monitor_cost_ns() + atomic_load_explicit(&NW.alloc_cost_ns, ca_relaxed);
   spent += (uint64_t)_ca_monitor_samples(n / CA_OS_PAGE) * _ca_monitor_page_cost_ns();
-  /* a context still learning (fewer than the two verdicts a prediction needs) may take twice
-     the share: one busy context must not starve the rest, and a polluter context's chunks stay
-     open until its second verdict (pv frames: with the second verdict at the plain share, the
-     first half of the 6000 frames ran open) */
-  uint64_t ok_ns = NW.start_ns + spent * 1000 / (NW.budget_pm * (learning ? 2 : 1));
+  uint64_t ok_ns = NW.start_ns + spent * 1000 * 2 / (NW.budget_pm * (uint64_t)halves);
   if (_ca_clock_ns() >= ok_ns) return true;
   atomic_store_explicit(next, ok_ns / 1000000, ca_relaxed);
   bump(&NW.over_budget, 1);
@@ -294,7 +302,7 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
     /* glibc fills its own buffers (stdio, directory streams) through internal system calls
        that cannot be interposed: a sampled page there would make them fail with EFAULT */
     bool watch = NW.monitor_all || (_ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
-    if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(n, c->nverdicts < 2)) {
+    if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(n, _ca_nw_budget_halves(ctx))) {
       if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
       p = place_monitored(ctx, n, zero, m, flavour);
     }

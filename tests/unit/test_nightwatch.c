@@ -47,10 +47,13 @@ static void test_predictor(void) {
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
   CHECK(_ca_nw_should_monitor(c));
   ca_monitor_result_t pol = verdict(true, 0, 10), pol2 = verdict(true, 1, 9), vic = verdict(false, 9, 1);
+  CHECK_EQ(_ca_nw_budget_halves(c), 2);                     /* learning: the budget */
   CHECK_EQ(_ca_nw_verdict(c, CA_MAP_OPEN, &pol), CA_MAP_OPEN);   /* one polluter is not enough */
   CHECK_EQ(_ca_nw_skip(c), 0);
+  CHECK_EQ(_ca_nw_budget_halves(c), 8);                     /* its second verdict: 4x */
   CHECK(_ca_nw_should_monitor(c));
   CHECK_EQ(_ca_nw_verdict(c, CA_MAP_OPEN, &pol), CA_MAP_RESTRICTIVE);
+  CHECK_EQ(_ca_nw_budget_halves(c), 1);                     /* decided: half */
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_RESTRICTIVE);         /* last two were polluters */
   /* correct predictions double the skip interval */
   uint32_t expect = 1;
@@ -68,6 +71,10 @@ static void test_predictor(void) {
   CHECK_EQ(_ca_nw_skip(c), 0);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
   CHECK(_ca_nw_should_monitor(c));
+  /* a first verdict that found no polluter earns no extra share */
+  int fresh = _ca_nw_context(0x9abd, fb, 2, false);
+  _ca_nw_verdict(fresh, CA_MAP_OPEN, &vic);
+  CHECK_EQ(_ca_nw_budget_halves(fresh), 2);
   /* mixed evidence stays open: polluter, victim, polluter -> open until two in a row */
   _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
