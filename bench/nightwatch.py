@@ -21,7 +21,9 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
   corun       pv polluter on CPU 0 and pv victim on CPU 1 at the same time (taskset), under
               glibc, chromalloc-off and chromalloc-on, and the victim alone; --reps times.
   foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0 and
-              nightwatch=1: the policy's cost on allocation-heavy programs.
+              nightwatch=1: the policy's cost on allocation-heavy programs; 3 x --reps
+              repetitions (short programs, and a 1% target: with 7, larson read 1.044 on / off
+              in a run where 21 interleaved runs by hand read 0.990).
 
 --profile: measure the machine's colours first (chromalloc calibrate, saved in
 build/bench/nightwatch/machine-profile.json) and give every chromalloc run that profile, as a
@@ -922,7 +924,7 @@ def main():
     found = []
     if "foundation" not in skip and lib_info:
         with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
-            found = foundation_experiment(br, Path(lib_info["measured_copy"]), reps, Path(tmp))
+            found = foundation_experiment(br, Path(lib_info["measured_copy"]), 3 * reps, Path(tmp))
     elapsed = time.monotonic() - t_start
 
     all_runs = runs + corun + found
