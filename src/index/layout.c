@@ -12,7 +12,7 @@
    - span colours (paper section 5): a span's first block is offset from the span base.  When
      a span holds a whole index cycle (P / gcd(P, S) blocks) the offset is a random line within
      the span's slack, drawn from a per-process seeded generator, only to keep threads and
-     processes apart.  When it holds less (big blocks: 15 blocks of 4112 bytes cover 4 sets),
+     processes apart.  When it holds less (big blocks: 15 blocks of 4128 bytes cover 8 sets),
      random offsets would leave sets unused, so each new span of a class *continues* the
      arithmetic progression of the heap's previous span of that class: it starts at
      `stride - slack`, where the previous one stopped one stride short of its end.  A heap's
@@ -29,6 +29,12 @@
      neighbouring positions until a set is empty, so such a class is widened by another 16
      bytes (1024 -> 1056).
      The progression starts at a random offset per heap and class.
+   - no 4 KiB aliasing between neighbours: a class above 2 KiB whose blocks one to four strides
+     apart lie 1-31 bytes apart modulo 4 KiB is widened by another 16 bytes (4096 + 16 ->
+     4096 + 32, and so for every multiple of 4 KiB).  glibc's memcpy (rep movsb above 2 KiB)
+     copies 17-28x slower when the destination lies 8-24 bytes above the source modulo 4 KiB
+     (Zen 3, `bench/src/alias.c`): with 16400-byte blocks, copying a block into the next one
+     took 5.3 us instead of 0.19.  Distances of a multiple of 32 bytes copy at full speed.
    - large objects start at a random cache line of their first page (jemalloc's
      "cache-oblivious" large placement).
 
@@ -46,6 +52,15 @@ size_t   _ca_medium_limit;
 static uint32_t gcd32(uint32_t a, uint32_t b) {
   while (b != 0) { uint32_t t = a % b; a = b; b = t; }
   return a;
+}
+
+/* Do blocks of stride s, one to four apart, lie 1-31 bytes apart modulo 4 KiB (copies between
+   them alias in the store buffer)?  Only above 2 KiB, where memcpy turns to rep movsb. */
+static bool aliases(uint32_t s) {
+  if (s <= 2048) return false;
+  for (uint32_t k = 1; k <= 4; k++)
+    if ((k * s) % CA_OS_PAGE != 0 && (k * s) % CA_OS_PAGE < 32) return true;
+  return false;
 }
 
 /* base classes: 16-byte steps to 128, then four per doubling up to CA_MEDIUM_MAX */
@@ -73,6 +88,7 @@ void _ca_layout_init(void) {
       size_t cycle = page / gcd32(page, s), fit = span / s, d = span % s;
       size_t crossings = cycle / fit + 1, per_set = line / gcd32(page, s);
       if (fit < cycle && crossings >= per_set && (d < line || s - d < line)) { s += CA_MIN_ALIGN; continue; }
+      if (aliases(s)) { s += CA_MIN_ALIGN; continue; }
       break;
     }
     if (n > 0 && s <= _ca_class_size[n - 1]) continue;
