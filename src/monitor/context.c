@@ -217,8 +217,8 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
     add_frame(ctx, ret != NULL ? (uintptr_t)ret : cand[0], &h);
   }
   /* the chain: the next frame is the first direct call leading to the previous frame's
-     function; only when there is none, the first word after an indirect call, when a later
-     direct call leads to it */
+     function; only when there is none, a word after an indirect call, when a later direct
+     call leads to it */
   for (int at = 0; ctx->nframes > 0 && ctx->nframes < CA_CONTEXT_FRAMES && at < nc;) {
     uintptr_t prev = ctx->frames[ctx->nframes - 1];
     int next = -1, ind = -1;
@@ -227,14 +227,23 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
       if (!direct_call(cand[i])) { if (ind < 0) ind = i; continue; }
       if (chains(cand[i], prev, n)) next = i;
     }
-    if (next < 0 && ind >= 0) {
-      for (int i = ind + 1; i < nc && next < 0; i++) if (direct_call(cand[i]) && chains(cand[i], cand[ind], n)) next = i;
-      if (next < 0) break;
-      if (ctx->nframes == 1 && sp == (uintptr_t)from) ctx->at1 = off[ind];
-      add_frame(ctx, cand[ind], &h);                 /* reached by an indirect call */
+    if (next < 0) {
+      /* reached by an indirect call: the first word after one that a later direct call leads
+         to.  A word after an indirect call that nothing leads to is stale: the next one is
+         tried (one left above main by start-up code cut the first contexts of pv requests at
+         main, and later ones, its slot overwritten, went on to _start: two contexts for one
+         call path) */
+      int via = -1;
+      for (int j = ind; j >= 0 && j < nc && via < 0; j++) {
+        if (cand[j] == prev || direct_call(cand[j])) continue;
+        for (int i = j + 1; i < nc && via < 0; i++)
+          if (direct_call(cand[i]) && chains(cand[i], cand[j], n)) { via = j; next = i; }
+      }
+      if (via < 0) break;
+      if (ctx->nframes == 1 && sp == (uintptr_t)from) ctx->at1 = off[via];
+      add_frame(ctx, cand[via], &h);
       if (ctx->nframes == CA_CONTEXT_FRAMES) break;
     }
-    if (next < 0) break;
     if (ctx->nframes == 1 && sp == (uintptr_t)from) ctx->at1 = off[next];
     add_frame(ctx, cand[next], &h);
     at = next + 1;
