@@ -172,6 +172,39 @@ static void test_sites(void) {
   CHECK(st.scans - before < 60);
 }
 
+/* A stale word after an indirect call does not end the chain: a synthetic stack holds, above
+   the call site, a return address after an indirect call in stale_g (nothing calls stale_g
+   directly), then one after an indirect call in via_h, then one after a direct call to via_h
+   in caller_k.  The chain is call site <- via_h <- caller_k.  (stale_g must lie below via_h,
+   or caller_k's call would seem to lead to it as well: functions keep source order here.) */
+static uintptr_t ret_g, ret_h, ret_k;
+static __attribute__((noinline)) void note_g(void) { ret_g = (uintptr_t)__builtin_return_address(0); }
+static __attribute__((noinline)) void note_h(void) { ret_h = (uintptr_t)__builtin_return_address(0); }
+static void (*volatile call_g)(void) = note_g;
+static void (*volatile call_h)(void) = note_h;
+static __attribute__((noinline)) void stale_g(void) { call_g(); __asm__ volatile(""); }
+static __attribute__((noinline)) void via_h(void) {
+  ret_k = (uintptr_t)__builtin_return_address(0);
+  call_h();
+  __asm__ volatile("");
+}
+static __attribute__((noinline)) void caller_k(void) { via_h(); __asm__ volatile(""); }
+static void test_stale_indirect(void) {
+  stale_g();
+  caller_k();
+  if (!(ret_g < (uintptr_t)via_h)) {
+    fprintf(stderr, "test_stale_indirect: functions not in source order here: not checked\n");
+    return;
+  }
+  volatile uintptr_t stack[4] = { ret_g, ret_h, ret_k, 0 };
+  ca_context_t k;
+  /* the call site: just below via_h, so that caller_k's direct call does not lead to it */
+  _ca_context_capture(&k, (const void*)stack, (const void*)((uintptr_t)via_h - 1));
+  CHECK(k.nframes >= 3);
+  CHECK_EQ(k.frames[1], ret_h);
+  CHECK_EQ(k.frames[2], ret_k);
+}
+
 /* On a signal stack the scan reads nothing above it (the page beyond this one is unmapped; the
    scan window is 16 KiB): the context is the call site alone. */
 static volatile int alt_frames = -1, alt_caller = -1;
@@ -210,5 +243,6 @@ int main(void) {
   test_predictor();
   test_sites();
   test_signal_stack();
+  test_stale_indirect();
   return check_done("test_nightwatch");
 }
