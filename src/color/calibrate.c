@@ -257,11 +257,14 @@ static void discover_until(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t
    fails often when the core's other hardware thread is busy (a try costs ~25 ms; 1 in 10
    succeeds at worst here), so failures only end the search through the time budget.  Returns
    the number known. */
+static void touch_free(ca_page_source_t* src);
+
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st) {
   uint64_t t0 = _ca_clock_ns(), deadline = t0 + budget_ms * 1000000u;
   uint32_t first = map->ncolours;
+  if (src->trimmed) touch_free(src);
   for (int round = 0, clean = 0; round < 12 && clean < 2; round++) {
     if (clean == 0) discover_until(p, map, src, want, expected, deadline, rng, st);
     uint32_t dropped = prune(p, map, src, first);   /* until two sweeps in a row find nothing */
@@ -382,6 +385,32 @@ bool _ca_colour_try_pagemap(ca_probe_t* p, uint32_t ways, uint32_t colours, bool
 
 /* ---- page sources ---------------------------------------------------------------------------- */
 
+/* Fault in (by writing) the pages no set uses: each gets a frame of its own (a page only read
+   would map the kernel's one zero page). */
+static void touch_free(ca_page_source_t* src) {
+  for (size_t i = 0; i < src->npages; i++)
+    if (!src->reserved[i]) memset(src->pages[i], 0, 64);
+  src->trimmed = false;
+}
+
+/* Give back the frames of the pages no set uses, forgetting their colours (touched again they
+   are new frames): the source is 16 MiB, the sets of a run keep a few dozen pages of it.  The
+   next discovery faults them in again. */
+void _ca_page_source_trim(ca_page_source_t* src) {
+  size_t run = 0;
+  for (size_t i = 0; i <= src->npages; i++) {
+    if (i < src->npages && !src->reserved[i]) {
+      src->colour[i] = -1;
+      src->tested[i] = 0;
+      run++;
+      continue;
+    }
+    if (run) _ca_os_purge(src->base + (i - run) * CA_OS_PAGE, run * CA_OS_PAGE);
+    run = 0;
+  }
+  src->trimmed = true;
+}
+
 /* npages fresh, faulted-in pages. */
 bool _ca_page_source_init(ca_page_source_t* src, size_t npages) {
   npages = (npages + 511) & ~(size_t)511;
@@ -393,11 +422,9 @@ bool _ca_page_source_init(ca_page_source_t* src, size_t npages) {
   if (!src->base || !src->pages || !src->reserved || !src->colour || !src->tested) return false;
   memset(src->colour, 0xff, npages);
   _ca_os_thp(src->base, npages * CA_OS_PAGE, getenv("CA_THP") != NULL);
-  for (size_t i = 0; i < npages; i++) {
-    src->pages[i] = src->base + i * CA_OS_PAGE;
-    memset(src->pages[i], 0, 64);
-  }
+  for (size_t i = 0; i < npages; i++) src->pages[i] = src->base + i * CA_OS_PAGE;
   src->npages = npages;
+  touch_free(src);
   return true;
 }
 

@@ -107,6 +107,7 @@ typedef struct ca_page_source_s {
   int8_t*  colour;
   uint8_t* tested;
   size_t   npages;
+  bool     trimmed;                            /* free pages given back (_ca_page_source_trim) */
 } ca_page_source_t;
 
 typedef struct ca_discovery_stats_s {
@@ -116,6 +117,7 @@ typedef struct ca_discovery_stats_s {
 
 bool     _ca_page_source_init(ca_page_source_t* src, size_t npages);
 void     _ca_page_source_free(ca_page_source_t* src);
+void     _ca_page_source_trim(ca_page_source_t* src);
 int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
 int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, bool fully);
 int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, bool fully);

@@ -415,6 +415,42 @@ static void test_stock_progress(void) {
   free_source(&src);
 }
 
+/* Trimming a (real) page source gives back the frames of the pages no set uses and forgets
+   their colours; the sets keep theirs, and a later discovery faults the others in again and
+   finds more colours from them. */
+static void test_trim(void) {
+  sim_t s = sim(32, 8, 0);
+  ca_page_source_t src;
+  memset(&src, 0, sizeof src);
+  CHECK(_ca_page_source_init(&src, 4096));
+  static ca_colour_map_t map;
+  memset(&map, 0, sizeof map);
+  map.ways = 8;
+  uint64_t rng = 3;
+  CHECK_EQ(_ca_colour_discover(&s.base, &map, &src, 4, 32, 60000, &rng, NULL), 4);
+  _ca_page_source_trim(&src);
+  CHECK(src.trimmed);
+  size_t kept = 0, given_back = 0, free_pages = 0;
+  bool forgotten = true, known = true;
+  for (size_t i = 0; i < src.npages; i++) {
+    unsigned char v = 0;
+    known &= mincore(src.pages[i], 4096, &v) == 0;
+    if (src.reserved[i]) { kept += v & 1; continue; }
+    free_pages++;
+    given_back += !(v & 1);
+    forgotten &= src.colour[i] == -1 && src.tested[i] == 0;
+  }
+  size_t reserved = src.npages - free_pages;
+  CHECK(known);
+  CHECK(reserved >= 4 * 9);                        /* four sets of 8 and their references */
+  CHECK_EQ(kept, reserved);
+  CHECK_EQ(given_back, free_pages);
+  CHECK(forgotten);
+  CHECK_EQ(_ca_colour_discover(&s.base, &map, &src, 8, 32, 60000, &rng, NULL), 8);
+  CHECK(!src.trimmed);
+  _ca_page_source_free(&src);
+}
+
 int main(void) {
   require_chromalloc("test_colour");
   test_pool();
@@ -428,5 +464,6 @@ int main(void) {
   test_protect();
   test_protect_syscalls();
   test_stock_progress();
+  test_trim();
   return check_done("test_colour");
 }

@@ -139,7 +139,10 @@ int main(int argc, char** argv) {
       ctl_first = first_eighth(0, colours, &ctl_placed);
       fprintf(stderr, "test_colour_api: control: %d of 64 ordinary pages placed, %d in the first eighth\n", ctl_placed, ctl_first);
     }
-    if (ctl_first * 8 > 3 * 64) fprintf(stderr, "test_colour_api: the live check is over-eager now (a noisy host): 7/8 purity not checked\n");
+    /* placed random pages: about half in the first eighth (the live check knows few colours,
+       those of the first eighth among them); far more, or too few placed, and it is the check */
+    if (in_first * 4 > placed && (ctl_placed < 8 || ctl_first * 4 > ctl_placed * 3))
+      fprintf(stderr, "test_colour_api: the live check is over-eager now (a noisy host): 7/8 purity not checked\n");
     else CHECK(in_first * 4 <= placed);
   } else {
     fprintf(stderr, "test_colour_api: the live check could not place pages now (a noisy host): purity not checked\n");
