@@ -88,6 +88,8 @@ int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* pa
   return -1;
 }
 
+static void touch_free(ca_page_source_t* src);   /* page sources, below */
+
 /* ---- discovery ------------------------------------------------------------------------------ */
 
 /* The colour of source page i among the map's colours, testing only the colours found since
@@ -257,8 +259,6 @@ static void discover_until(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t
    fails often when the core's other hardware thread is busy (a try costs ~25 ms; 1 in 10
    succeeds at worst here), so failures only end the search through the time budget.  Returns
    the number known. */
-static void touch_free(ca_page_source_t* src);
-
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st) {
