@@ -88,7 +88,7 @@ int main(void) {
   memset(control, 1, CONTROL * 4096);
   int colours = _ca_colour_count(), in_control = 0, in_buf = 0;
   /* up to three looks, a second apart: a noisy moment passes, pages left in the set do not */
-  for (int tries = 0; tries < 3 && (in_control < 6 || (size_t)in_buf * 2 * CONTROL > (size_t)in_control * PAGES); tries++) {
+  for (int tries = 0; tries < 3 && (in_control < 6 || in_control > CONTROL / 4 || (size_t)in_buf * 2 * CONTROL > (size_t)in_control * PAGES); tries++) {
     if (tries > 0) sleep(1);
     in_control = in_buf = 0;
     for (size_t i = 0; i < CONTROL; i++) {
@@ -103,7 +103,12 @@ int main(void) {
   munmap(control, CONTROL * 4096);
   fprintf(stderr, "test_protect: %ld pages checked, %ld moved; pages found in the first eighth: "
           "%d of the object's %zu, %d of %d unprotected ones\n", checked, moved, in_buf, PAGES, in_control, CONTROL);
-  if (in_control >= 6) {
+  if (in_control > CONTROL / 4) {
+    /* twice the share the colours have: the check reads noise as evictions (225 of 256 in one
+       make -j2 run on a Zen 1 host, 8 of 256 alone a minute later) and cannot tell placement */
+    fprintf(stderr, "test_protect: the live check found %d of %d unprotected pages in the first eighth now (over-eager on a noisy host): placement not checked\n",
+            in_control, CONTROL);
+  } else if (in_control >= 6) {
     CHECK(moved > 0);
     CHECK((size_t)in_buf * 2 * CONTROL <= (size_t)in_control * PAGES); /* random: same share; protected: few */
   } else {
