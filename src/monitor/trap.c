@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "../core/internal.h"
 #include "trap.h"
+#include <errno.h>
 #include <signal.h>
 #include <string.h>
 
@@ -27,10 +28,38 @@ static ca_lock_t        install_lock;
 
 static int slot(int sig) { return sig == SIGSEGV ? 0 : sig == SIGBUS ? 1 : -1; }
 
+/* A fault no client claims may still have been one of ours: the page was opened (its chunk's
+   verdict given, its recolouring done) while this thread was on its way into the handler, and
+   the client has forgotten it since (a thread descheduled for 50 ms on a loaded host).  Passing
+   it on would restore the default action for good, and the next trap would kill the program.
+   So the first unclaimed fault at an address is retried once; only a second one there, straight
+   after, is the program's own. */
+#define RETRY_NS 100000000ull
+static __thread uintptr_t unclaimed_addr __attribute__((tls_model("initial-exec")));
+static __thread uint64_t  unclaimed_ns __attribute__((tls_model("initial-exec")));
+
+static bool retry_first(siginfo_t* info) {
+  uintptr_t a = (uintptr_t)info->si_addr;
+  uint64_t now = _ca_clock_ns();
+  if (a != unclaimed_addr || now - unclaimed_ns > RETRY_NS) {
+    unclaimed_addr = a;
+    unclaimed_ns = now;
+    return true;
+  }
+  unclaimed_addr = 0;
+  return false;
+}
+
 static void handler(int sig, siginfo_t* info, void* uctx) {
-  int n = atomic_load_explicit(&nclients, ca_acquire);
-  for (int i = 0; i < n; i++)
-    if (clients[i](info->si_addr, sig)) return;              /* ours: retry the access */
+  int e = errno;
+  bool from_fault = info->si_code > 0;                      /* not kill(), sigqueue(), raise() */
+  if (from_fault) {
+    int n = atomic_load_explicit(&nclients, ca_acquire);
+    for (int i = 0; i < n; i++)
+      if (clients[i](info->si_addr, sig)) { unclaimed_addr = 0; errno = e; return; }  /* ours: retry */
+    if (retry_first(info)) { errno = e; return; }
+  }
+  errno = e;
   struct sigaction* next = &chained[slot(sig)];
   if (next->sa_flags & SA_SIGINFO) {
     if (next->sa_sigaction != NULL) { next->sa_sigaction(sig, info, uctx); return; }
@@ -41,11 +70,13 @@ static void handler(int sig, siginfo_t* info, void* uctx) {
     return;
   }
   /* default action: restore it and return, so the faulting access raises the signal again
-     and the kernel kills the process with the right status (and core) */
+     and the kernel kills the process with the right status (and core); a signal sent to the
+     program is raised again (it is not blocked here: SA_NODEFER) */
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   __sigaction(sig, &dfl, NULL);
+  if (!from_fault) raise(sig);
 }
 
 static void install(void) {
