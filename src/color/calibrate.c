@@ -568,6 +568,7 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
   cal->threshold = tp.threshold;
   cal->ratio_pct = tp.ratio_pct;
   cal->set_ratio_pct = tp.set_ratio_pct;
+  cal->passes = (uint32_t)tp.passes;
   cal->colours = a.ncolours;
   cal->measured_size = (uint64_t)a.ncolours * a.ways * CA_OS_PAGE;
   if (a.ncolours < 2) { ca_buf_str(&why, "fewer than two colours found"); ok = false; goto out; }

@@ -70,7 +70,8 @@ typedef struct ca_timing_probe_s {
   uint32_t   threshold;       /* ticks of a 64-line chase: above = evicted */
   uint32_t   hit_ticks;       /* median chase when r stays in the level */
   uint32_t   miss_ticks;      /* median chase after streaming twice the level's size */
-  int        reps, passes;
+  int        reps, passes;    /* passes: reads of a group per test (chosen on the first sets) */
+  bool       passes_chosen;
   uint32_t   ratio_pct;       /* evicted: the chase is this % of the quiet chase measured with it */
   uint32_t   set_ratio_pct;   /* what eviction sets measured (0: not yet) */
   uint32_t   full_pct;        /* evicted fully: 4/5 of the way up to set_ratio_pct */
@@ -195,6 +196,7 @@ typedef struct ca_calibration_s {
   /* the probe */
   uint32_t hit_ticks, miss_ticks, threshold;
   uint32_t ratio_pct, set_ratio_pct;      /* the decision rule: evicted above ratio_pct of quiet */
+  uint32_t passes;                        /* reads of a group per test */
   double   ticks_per_us;
   /* cheaper sources and their verdicts */
   bool     thp_backed, address_bits_valid, pagemap_readable, pagemap_valid;

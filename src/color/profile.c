@@ -46,6 +46,7 @@ void _ca_calibration_json(const ca_calibration_t* c, ca_buf_t* b) {
   kv_u(b, "threshold_ticks", c->threshold);
   kv_u(b, "ratio_pct", c->ratio_pct);
   kv_u(b, "set_ratio_pct", c->set_ratio_pct);
+  kv_u(b, "passes", c->passes);
   kv_f(b, "ticks_per_us", c->ticks_per_us);
   kv_b(b, "thp_backed", c->thp_backed);
   kv_b(b, "address_bits_valid", c->address_bits_valid);
@@ -124,6 +125,7 @@ bool _ca_calibration_parse(ca_calibration_t* c, const char* json) {
   c->threshold = (uint32_t)get_u(json, "threshold_ticks");
   c->ratio_pct = (uint32_t)get_u(json, "ratio_pct");
   c->set_ratio_pct = (uint32_t)get_u(json, "set_ratio_pct");
+  c->passes = (uint32_t)get_u(json, "passes");
   c->ticks_per_us = get_f(json, "ticks_per_us");
   c->agreement = get_f(json, "agreement");
   c->classify_restricted_us = get_f(json, "classify_restricted_us");
@@ -199,7 +201,8 @@ void _ca_calibration_summary(const ca_calibration_t* c, ca_buf_t* b) {
   fixed2(b, c->ticks_per_us); ca_buf_str(b, " ticks/us)");
   ca_buf_str(b, "\n  rule: evicted when the chase takes more than "); ca_buf_u64(b, c->ratio_pct);
   ca_buf_str(b, "% of a quiet chase measured alongside (eviction sets measure ");
-  ca_buf_u64(b, c->set_ratio_pct); ca_buf_str(b, "%; the core clock drifts, ticks do not)");
+  ca_buf_u64(b, c->set_ratio_pct); ca_buf_str(b, "% read ");
+  ca_buf_u64(b, c->passes); ca_buf_str(b, " times a test; the core clock drifts, ticks do not)");
   ca_buf_str(b, "\n  address bits in huge pages: ");
   ca_buf_str(b, !c->thp_backed ? "no huge pages given" : c->address_bits_valid ? "valid" : "huge pages given, but not physically contiguous for the cache (rejected by timing)");
   ca_buf_str(b, "\n  pagemap frame numbers: ");
