@@ -6,7 +6,8 @@
    ns per step of 7 timed runs, the number of distinct L1 sets (64-byte lines, 64 sets) the block
    starts fall on and the number of 4 KiB pages they touch.  A layout STRIDE/K/GAP is punctuated:
    GAP extra bytes after every K blocks (2304/16/64 puts 256 blocks on all 64 sets).
-   Usage: strides [-n BLOCKS] LAYOUT...   (STRIDE or STRIDE/K/GAP, bytes, 64..65536; BLOCKS <= 4096)
+   The first block lies OFFSET bytes into the region (default 0; a page-aligned mapping).
+   Usage: strides [-n BLOCKS] [-o OFFSET] LAYOUT...   (STRIDE or STRIDE/K/GAP, bytes, 64..65536; BLOCKS <= 4096)
    Output: STRIDES <layout> <sets> <pages> <ns_per_step>, one line per layout. */
 #include "bench.h"
 #include <sched.h>
@@ -31,20 +32,26 @@ int main(int argc, char **argv)
 {
     bench_name = "strides";
     int first = 1;
-    long blocks = 256;
-    if (argc > 2 && strcmp(argv[1], "-n") == 0) {
-        blocks = arg_long(argc, argv, 2, 256, 2);
-        if (blocks > MAX_BLOCKS)
-            fail("at most %d blocks", MAX_BLOCKS);
-        first = 3;
+    long blocks = 256, start = 0;
+    while (argc > first + 1 && (strcmp(argv[first], "-n") == 0 || strcmp(argv[first], "-o") == 0)) {
+        if (argv[first][1] == 'n') {
+            blocks = arg_long(argc, argv, first + 1, 256, 2);
+            if (blocks > MAX_BLOCKS)
+                fail("at most %d blocks", MAX_BLOCKS);
+        } else {
+            start = arg_long(argc, argv, first + 1, 0, 0);
+            if (start > 65535)
+                fail("offset %ld: at most 65535", start);
+        }
+        first += 2;
     }
     if (argc <= first)
-        fail("usage: strides [-n BLOCKS] STRIDE[/K/GAP]...");
+        fail("usage: strides [-n BLOCKS] [-o OFFSET] STRIDE[/K/GAP]...");
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(sched_getcpu(), &one);
     sched_setaffinity(0, sizeof one, &one);
-    size_t region = (size_t)blocks * 2 * 65536 + 4096;
+    size_t region = (size_t)blocks * 2 * 65536 + 65536 + 4096;
     char *m = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         fail("mmap: %s", strerror(errno));
@@ -54,7 +61,7 @@ int main(int argc, char **argv)
         long stride, every, gap;
         parse_layout(argv[a], &stride, &every, &gap);
         uint64_t seen = 0;
-        size_t off = 0;
+        size_t off = (size_t)start;
         long pages = 0;
         for (long i = 0; i < blocks; i++) {
             if (every > 0 && i > 0 && i % every == 0)
