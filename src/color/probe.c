@@ -152,7 +152,7 @@ static uint32_t set_effect(ca_timing_probe_t* tp, void* const* refs, void* const
    R's chase to 145-154% of the quiet one, six times to 175-184%, about what streaming the
    whole level does, and with two reads most set builds failed and two calibrations agreed on
    22-62% of pages.  The fewest reads that reach 7/8 of the effect of eight are kept (each
-   read costs a group's time; a Zen 3-5 L2 needs two). */
+   read costs a group's time; two served on the Zen 3-5 machines). */
 static void choose_passes(ca_timing_probe_t* tp, void* const* refs, void* const (*sets)[CA_WAYS_MAX], size_t n, size_t ways) {
   static const int tries[] = { 2, 3, 4, 6 };
   tp->passes = 8;
