@@ -2,7 +2,8 @@
    heap, so any thread allocates and frees them through the segment cache without touching a
    heap.  The object starts one header page into the segment plus a random whole number of cache
    lines (jemalloc's cache-oblivious placement), so large buffers of different objects do not all
-   start on L1 set 0.  realloc grows or shrinks in place while the mapping is big enough.
+   start on L1 set 0.  realloc grows or shrinks in place while the mapping is big enough; the
+   object's usable size is its request rounded up to a page, not the mapping.
 
    An object of a flavour (pages of a colour set) is assembled page by page by the span hook,
    one mremap per page, and taken apart the same way when freed: for a 4 MiB buffer that is
@@ -26,6 +27,14 @@ static size_t random_line_offset(void) {
   x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
   x ^= x >> 29;
   return _ca_layout_large_offset(&x);
+}
+
+/* What malloc_usable_size reports for n bytes at offset off: up to the end of the last page
+   the object covers.  Not the whole mapping: a 65 KiB object in a 2 MiB segment is a 68 KiB
+   object to programs that account memory by usable size (Redis, SQLite), and the mapping's
+   rest is only address space. */
+static size_t usable(size_t off, size_t n) {
+  return ((off + n + CA_OS_PAGE - 1) & ~(CA_OS_PAGE - 1)) - off;
 }
 
 /* The pages a large object occupies: what the hook fills and takes back. */
@@ -78,14 +87,13 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   if (seg == NULL) return NULL;
   uint8_t* p = (uint8_t*)seg + off;
   seg->large_ptr = p;
-  /* ordinary objects may use the whole mapping; an object of a flavour is filled page by
-     page, so it gets exactly the pages it covers */
-  seg->large_size = flavour ? ((off + n + CA_OS_PAGE - 1) & ~(CA_OS_PAGE - 1)) - off : seg->size - off;
+  seg->large_size = usable(off, n);
   account_alloc(seg);
-  /* the hook sees the pages the object covers (an ordinary object's mapping may be longer,
-     room to grow in place) */
-  uint8_t* page = (uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
-  size_t bytes = (((uintptr_t)p + n + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1)) - (uintptr_t)page;
+  /* the hook sees the pages the object covers (the mapping may be longer: room to grow in
+     place) */
+  uint8_t* page;
+  size_t bytes;
+  object_pages(seg, &page, &bytes);
   const ca_hooks_t* hk = _ca_hooks;
   bool filled = hk != NULL && hk->span_memory != NULL && hk->span_memory(page, bytes, flavour);
   seg->flavour = filled ? flavour : 0;
@@ -138,28 +146,29 @@ void _ca_large_fork_child(void) { atomic_store_explicit(&kept_lock.v, 0, ca_rela
 void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
   CA_POLICY_CHUNK(CA_CHUNK_RESIZE, p, seg->large_size);
   size_t off = (size_t)((uint8_t*)p - (uint8_t*)seg);
-  if (n <= seg->large_size) {
-    if (n < seg->large_size / 2 && seg->large_size - n > CA_SEGMENT_SIZE) {
-      uintptr_t keep = ((uintptr_t)p + n + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
-      uintptr_t end = (uintptr_t)seg + seg->size;
-      _ca_os_purge((void*)keep, end - keep);
+  if (n > PTRDIFF_MAX) return NULL;
+  size_t room = seg->size - off, was = seg->large_size;
+  if (n <= room) {
+    if (n < room / 2 && room - n > CA_SEGMENT_SIZE) {
+      uintptr_t keep = (uintptr_t)p + usable(off, n);
+      _ca_os_purge((void*)keep, (uintptr_t)seg + seg->size - keep);
     }
-    return p;
+  } else {
+    size_t need = (off + n + CA_SEGMENT_MASK) & ~CA_SEGMENT_MASK;
+    size_t old = seg->size;
+    ca_segment_t* moved = _ca_os_remap(seg, old, need);
+    if (moved == NULL) return NULL;
+    if (moved != seg) {
+      _ca_segmap_set(seg, false);
+      _ca_segmap_set(moved, true);
+      moved->cookie = (uintptr_t)moved ^ _ca_process.secret;
+      moved->large_ptr = (uint8_t*)moved + off;
+    }
+    moved->size = need;
+    _ca_stat_add(&_ca_stats.mapped_bytes, (int64_t)(need - old), &_ca_stats.mapped_peak);
+    seg = moved;
   }
-  size_t need = (off + n + CA_SEGMENT_MASK) & ~CA_SEGMENT_MASK;
-  if (need < n || n > PTRDIFF_MAX) return NULL;
-  size_t old = seg->size;
-  ca_segment_t* moved = _ca_os_remap(seg, old, need);
-  if (moved == NULL) return NULL;
-  if (moved != seg) {
-    _ca_segmap_set(seg, false);
-    _ca_segmap_set(moved, true);
-    moved->cookie = (uintptr_t)moved ^ _ca_process.secret;
-    moved->large_ptr = (uint8_t*)moved + off;
-  }
-  moved->size = need;
-  moved->large_size = need - off;
-  _ca_stat_add(&_ca_stats.mapped_bytes, (int64_t)(need - old), &_ca_stats.mapped_peak);
-  _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)(need - old), &_ca_stats.large_peak_bytes);
-  return moved->large_ptr;
+  seg->large_size = usable(off, n);
+  _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)seg->large_size - (int64_t)was, &_ca_stats.large_peak_bytes);
+  return seg->large_ptr;
 }

@@ -269,10 +269,25 @@ static void test_large(void) {
     unsigned char* p = malloc(sizes[k]);
     CHECK(p != NULL);
     CHECK(malloc_usable_size(p) >= sizes[k]);
+    /* the request up to its last page, not the mapping (programs account memory by it) */
+    CHECK(malloc_usable_size(p) < sizes[k] + 4096);
     for (size_t i = 0; i < sizes[k]; i += 4096) p[i] = 1;
     p[sizes[k] - 1] = 2;
     free(p);
   }
+  /* in place while the 2 MiB mapping has room; the usable size follows the request */
+  unsigned char* p = malloc(100000);
+  CHECK(p != NULL);
+  memset(p, 7, 100000);
+  unsigned char* q = realloc(p, 150000);
+  CHECK(q == p && malloc_usable_size(q) >= 150000 && malloc_usable_size(q) < 150000 + 4096);
+  CHECK(all_bytes(q, 100000, 7));
+  memset(q, 8, malloc_usable_size(q));
+  q = realloc(q, 70000);
+  CHECK(q == p && malloc_usable_size(q) >= 70000 && malloc_usable_size(q) < 70000 + 4096);
+  q = realloc(q, 5u << 20);                                 /* past the mapping: moved or grown */
+  CHECK(q != NULL && all_bytes(q, 70000, 8) && malloc_usable_size(q) < (5u << 20) + 4096);
+  free(q);
 }
 
 static void test_errno_kept(void) {
