@@ -68,7 +68,7 @@
 #define CA_MEDIUM_MAX      65536                   /* largest base class in medium spans */
 #define CA_DIRECT_MAX      1024                    /* sizes served from heap->direct[] */
 #define CA_DIRECT_N        (CA_DIRECT_MAX / CA_MIN_ALIGN + 1)
-#define CA_CLASS_MAX       48                      /* room for the class table (44 used) */
+#define CA_CLASS_MAX       64                      /* room for the class table (56 used) */
 #define CA_CLASS_FULL      CA_CLASS_MAX            /* heap queue index of full spans */
 #define CA_FLAVOURS        16                      /* memory flavours: 0 = ordinary, 1.. = chosen
                                                       by the span hook (colour sets) */

@@ -63,12 +63,15 @@ static bool aliases(uint32_t s) {
   return false;
 }
 
-/* base classes: 16-byte steps to 128, then four per doubling up to CA_MEDIUM_MAX */
+/* base classes: 16-byte steps to 128, then four per doubling up to CA_MEDIUM_MAX, eight from
+   1 KiB to CA_SMALL_MAX */
 static uint32_t base_classes(uint32_t* out) {
   uint32_t n = 0;
   for (uint32_t s = 16; s <= 128; s += 16) out[n++] = s;
-  for (uint32_t p = 128; p < CA_MEDIUM_MAX; p *= 2)
-    for (uint32_t k = 1; k <= 4; k++) out[n++] = p + k * (p / 4);
+  for (uint32_t p = 128; p < CA_MEDIUM_MAX; p *= 2) {
+    uint32_t steps = p >= 1024 && p < CA_SMALL_MAX ? 8 : 4;
+    for (uint32_t k = 1; k <= steps; k++) out[n++] = p + k * (p / steps);
+  }
   return n;
 }
 
