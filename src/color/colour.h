@@ -120,6 +120,7 @@ bool     _ca_page_source_init(ca_page_source_t* src, size_t npages);
 void     _ca_page_source_free(ca_page_source_t* src);
 void     _ca_page_source_trim(ca_page_source_t* src);
 int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
+int      _ca_colour_find(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);   /* stocking only */
 int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, bool fully);
 int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, bool fully);
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,

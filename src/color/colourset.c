@@ -498,7 +498,7 @@ static void* worker_main(void* arg) {
         if (L.probe.set_ratio_pct > L.best_ratio_pct) L.best_ratio_pct = L.probe.set_ratio_pct;
         bool eliminate = L.probe.set_ratio_pct * 5 >= L.best_ratio_pct * 4;
         for (size_t i = 0; i < BATCH; i++) {
-          colour[i] = _ca_colour_classify(&L.probe.base, &L.map, chunk + (b + i) * CA_OS_PAGE, mask);
+          colour[i] = _ca_colour_find(&L.probe.base, &L.map, chunk + (b + i) * CA_OS_PAGE, mask);
           if (colour[i] < 0) colour[i] = eliminate ? excluded(chunk + (b + i) * CA_OS_PAGE, excl) : -2;
         }
         L.classified += BATCH;

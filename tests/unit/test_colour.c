@@ -251,6 +251,53 @@ static void test_partial(void) {
   free_source(&src);
 }
 
+/* Stocking's classification (_ca_colour_find: a union test per group of colours first) claims
+   the same pages as colour-by-colour classification, with partial pages and noise too, and
+   turns away a page of another colour with fewer tests. */
+static void test_find(void) {
+  sim_t s = sim(32, 8, 0);
+  ca_page_source_t src = fake_source(4096, 0x600000000ull);
+  static ca_colour_map_t map;
+  CHECK_EQ(discover_all(&s, &src, &map, 32), 32);
+  s.partial_pct = 33;
+  s.base.evicts_fully = sim_evicts_fully;
+  uint64_t slice = 0;                               /* 1/8 of the colours: four, not adjacent */
+  for (uint32_t c = 0; c < 32; c += 8) slice |= (uint64_t)1 << (c + 3);
+  ca_page_source_t other = fake_source(2000, 0x700000000ull);
+  int same = 0, in_slice = 0, found = 0, wrong = 0;
+  uint64_t t_find = 0, t_classify = 0;
+  for (size_t i = 0; i < other.npages; i++) {
+    void* page = other.pages[i];
+    uint64_t t0 = s.base.tests;
+    int f = _ca_colour_find(&s.base, &map, page, slice);
+    uint64_t t1 = s.base.tests;
+    int c = _ca_colour_classify(&s.base, &map, page, slice);
+    t_find += t1 - t0;
+    t_classify += s.base.tests - t1;
+    same += f == c;
+    in_slice += c >= 0;
+    found += f >= 0;
+    wrong += f >= 0 && oracle(&s, map.ref[f]) != oracle(&s, page);
+  }
+  fprintf(stderr, "find vs classify against 1/8: %d of %zu pages the same, %d found; tests per page %.2f vs %.2f\n",
+          same, other.npages, found, (double)t_find / other.npages, (double)t_classify / other.npages);
+  CHECK_EQ(same, (int)other.npages);
+  CHECK(in_slice > 150 && wrong == 0);
+  CHECK(t_find * 2 < t_classify);
+  /* noise: what it claims is still right */
+  s.noise = 0.01;
+  found = wrong = 0;
+  for (size_t i = 0; i < other.npages; i++) {
+    int f = _ca_colour_find(&s.base, &map, other.pages[i], slice);
+    found += f >= 0;
+    wrong += f >= 0 && oracle(&s, map.ref[f]) != oracle(&s, other.pages[i]);
+  }
+  fprintf(stderr, "find with 1%% noise: %d found, %d of another colour\n", found, wrong);
+  CHECK(found > in_slice * 9 / 10 && wrong <= found / 50);
+  free_source(&other);
+  free_source(&src);
+}
+
 /* ---- protection with a fake colour test and move ---------------------------------------- */
 #define PBASE ((uintptr_t)1 << 40)                /* fake page addresses, never touched */
 static uint8_t p_checked[512], p_moved[512];
@@ -461,6 +508,7 @@ int main(void) {
   test_discover(0, 40);
   test_profile();
   test_partial();
+  test_find();
   test_protect();
   test_protect_syscalls();
   test_stock_progress();
