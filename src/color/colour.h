@@ -139,6 +139,8 @@ typedef struct ca_page_pool_s {
 bool     _ca_pool_init(void);
 uint8_t* _ca_pool_supply(size_t npages);
 bool     _ca_pool_push(ca_page_pool_t* p, void* page);
+void*    _ca_pool_slot(void);
+void     _ca_pool_unslot(void* slot);
 void*    _ca_pool_pop(ca_page_pool_t* p);
 bool     _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
 void     _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
@@ -156,8 +158,10 @@ int   _ca_colour_prepare(int id, size_t pages, int timeout_ms);
 int   _ca_colour_of(const void* p);
 void* _ca_colour_take_page(int id);
 void  _ca_colour_note_recolour(uint64_t ns);
+void* _ca_colour_slot(void);                /* a parking address for a page whose frame is kept */
+void  _ca_colour_keep_frame(int id, void* slot);   /* parked page -> set id's pool (id 0: slot unused) */
 void  _ca_colour_stats_json(ca_buf_t* b);
-long  _ca_recolour(void* p, size_t len, int id);
+long  _ca_recolour(void* p, size_t len, int id, int keep);   /* keep: set whose pool takes the old frames (0: none) */
 void  _ca_colour_protect_default(void);
 int   _ca_colour_reserve(int id);
 void  _ca_colour_reserve_first(int id);    /* a coloured allocation from set id: maybe reserve it */
@@ -168,7 +172,8 @@ uint64_t _ca_colour_backoff(uint64_t ms, bool bad);   /* the worker's next sleep
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {
   int (*in_set)(const void* page, int id);     /* 1: of set id's colours, 0: not, -1: cannot tell now */
-  int (*move)(void* page, int id);             /* 1: moved to set id, 0: not now, -1: never (cap) */
+  int (*move)(void* page, int from, int to);   /* 1: moved to set to (the old frame, of set from,
+                                                  pooled), 0: not now, -1: never (cap) */
   bool (*resident)(const void* page);          /* the program has touched it (NULL: assume so) */
 } ca_protect_ops_t;
 

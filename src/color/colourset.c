@@ -20,6 +20,7 @@
 #include <sched.h>
 #include <time.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ static struct {
   pthread_mutex_t   wake_lock;
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped, backoffs;
+  uint64_t          frames_kept;     /* recoloured pages' old frames pooled (protection's moves) */
   uint64_t          quiet_ns, classify_ns, held_ns;
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
@@ -337,10 +339,11 @@ static int colour_in_set(const void* page, int id) {
   return _ca_colour_of_live(&L.probe.base, &L.map, page, m, 3, 1, false) >= 0;
 }
 
-/* Protection's move: the live page to a pooled page of set id. */
-static int colour_move_to(void* page, int id) {
+/* Protection's move: the live page to a pooled page of set `to`; its old frame, which the
+   live test has just found to be of set `from`, stocks that set's pool. */
+static int colour_move_to(void* page, int from, int to) {
   if (_ca_pool_moved() >= _ca_pool_moved_limit()) return -1;
-  return _ca_recolour(page, CA_OS_PAGE, id) == 1;
+  return _ca_recolour(page, CA_OS_PAGE, to, from) == 1;
 }
 
 /* mincore: a page never touched has no frame yet (reading it to time it would map the shared
@@ -752,6 +755,24 @@ void* _ca_colour_take_page(int id) {
   return p;
 }
 
+void* _ca_colour_slot(void) {
+  _ca_lock(&L.lock);
+  void* slot = _ca_pool_slot();
+  _ca_unlock(&L.lock);
+  return slot;
+}
+
+/* A recoloured page's old frame, parked at slot, is of set id: it joins that set's pool (made
+   writable again: it was parked read-only), or the slot is given back unused (id 0). */
+void _ca_colour_keep_frame(int id, void* slot) {
+  bool writable = id > 0 && _ca_syscall6(SYS_mprotect, (long)slot, CA_OS_PAGE, PROT_READ | PROT_WRITE, 0, 0, 0) == 0;
+  _ca_lock(&L.lock);
+  if (!writable) _ca_pool_unslot(slot);
+  else if (_ca_pool_push(&L.sets[id].pool, slot)) { L.sets[id].pool.returned++; L.frames_kept++; }
+  else _ca_pool_drop(slot);
+  _ca_unlock(&L.lock);
+}
+
 /* A page was recoloured: it is a VMA of its own from now on (pool.c caps those). */
 void _ca_colour_note_recolour(uint64_t ns) {
   _ca_lock(&L.lock);
@@ -786,6 +807,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"best_ratio_pct\":"); ca_buf_u64(b, L.best_ratio_pct);
   ca_buf_str(b, ",\"passes\":"); ca_buf_u64(b, (uint64_t)L.probe.passes);
   ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
+  ca_buf_str(b, ",\"frames_kept\":"); ca_buf_u64(b, L.frames_kept);
   ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
   ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);
   ca_buf_str(b, ",\"pages_moved\":"); ca_buf_u64(b, _ca_pool_moved());

@@ -98,15 +98,25 @@ bool _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
   return true;
 }
 
+/* A free slot address for a parked page, or NULL; _ca_pool_unslot gives an unused one back.
+   Called with the layer's lock held. */
+void* _ca_pool_slot(void) {
+  return slot_free_n ? slot_free[--slot_free_n]
+       : (slot_next + CA_OS_PAGE <= CA_SLOT_REGION ? slot_region + (slot_next += CA_OS_PAGE) - CA_OS_PAGE : NULL);
+}
+
+void _ca_pool_unslot(void* slot) {
+  if (grow(&slot_free, &slot_free_cap, slot_free_n + 1)) slot_free[slot_free_n++] = slot;
+}
+
 /* The pages of [base, base + bytes) go back to pool (into slots); the range becomes ordinary
    zero memory again.  Called with the layer's lock held. */
 void _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
   size_t n = bytes / CA_OS_PAGE;
   for (size_t i = 0; i < n; i++) {
-    void* slot = slot_free_n ? slot_free[--slot_free_n]
-               : (slot_next + CA_OS_PAGE <= CA_SLOT_REGION ? slot_region + (slot_next += CA_OS_PAGE) - CA_OS_PAGE : NULL);
+    void* slot = _ca_pool_slot();
     if (slot == NULL || !move_page(base + i * CA_OS_PAGE, slot)) {
-      if (slot) { grow(&slot_free, &slot_free_cap, slot_free_n + 1); slot_free[slot_free_n++] = slot; }
+      if (slot) _ca_pool_unslot(slot);
       continue;                                    /* the frame is lost: it stays in the span */
     }
     _ca_pool_push(pool, slot);
@@ -120,10 +130,7 @@ void _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
 /* A pool page whose colour no longer checks out: give it back to the OS. */
 void _ca_pool_drop(void* page) {
   _ca_os_purge(page, CA_OS_PAGE);
-  if ((uint8_t*)page >= slot_region && (uint8_t*)page < slot_region + CA_SLOT_REGION) {
-    grow(&slot_free, &slot_free_cap, slot_free_n + 1);
-    slot_free[slot_free_n++] = page;
-  }
+  if ((uint8_t*)page >= slot_region && (uint8_t*)page < slot_region + CA_SLOT_REGION) _ca_pool_unslot(page);
 }
 
 size_t _ca_pool_moved(void) { return moved_pages; }

@@ -207,7 +207,7 @@ size_t _ca_protect_work(const ca_protect_ops_t* ops, size_t max_pages) {
     bool touched = ops->resident == NULL || ops->resident(page);
     int in = touched ? ops->in_set(page, P.from) : 0;
     P.untouched += !touched;
-    int moved = in == 1 ? ops->move(page, P.to) : 1;
+    int moved = in == 1 ? ops->move(page, P.from, P.to) : 1;
     P.ns += _ca_clock_ns() - t0;
     if (in < 0 || moved == 0) {                    /* cannot tell now, or no page to move to */
       P.unknown += in < 0;

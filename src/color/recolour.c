@@ -3,7 +3,10 @@
    page is moved over the old one with mremap (atomically: there is no moment the address is
    unmapped).  A thread that writes meanwhile faults; the fault handler (trap.c) sees the page
    is being recoloured and waits until it is done, then the write is retried on the new frame.
-   The old frame is not of the target colour and is simply released.
+   The old frame is released, unless the caller knows its colour set (protection has just
+   measured it): then it is first moved aside to a pool slot and joins that set's pool, and the
+   address is unmapped between the two moves, which a thread touching it meanwhile sees as a
+   fault the handler waits out like the others.
 
    What this cannot cover: a system call (read(2) into the page, say) made during the few
    microseconds of the copy fails with EFAULT instead of faulting. */
@@ -38,7 +41,29 @@ static bool on_fault(void* addr, int sig) {
 
 static bool protect(void* page, int prot) { return _ca_syscall6(SYS_mprotect, (long)page, CA_OS_PAGE, prot, 0, 0, 0) == 0; }
 
-long _ca_recolour(void* p, size_t len, int id) {
+/* Move the page's frame to a slot (kept for set keep) and fresh's frame into its place; false
+   (the page as it was, the slot given back) when a move fails. */
+static bool swap_in(void* fresh, void* page, int keep) {
+  void* slot = keep > 0 ? _ca_colour_slot() : NULL;
+  if (slot != NULL && !_ca_os_move(page, slot, CA_OS_PAGE)) { _ca_colour_keep_frame(0, slot); slot = NULL; }
+  if (_ca_os_move(fresh, page, CA_OS_PAGE)) {
+    if (slot != NULL) _ca_colour_keep_frame(keep, slot);
+    return true;
+  }
+  if (slot != NULL && !_ca_os_move(slot, page, CA_OS_PAGE)) {
+    /* the address must not stay unmapped (only the process's map limit makes moves fail):
+       its data goes into a fresh page there, read-only like the page it replaces */
+    if (_ca_syscall6(SYS_mmap, (long)page, CA_OS_PAGE, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == (long)page) {
+      memcpy(page, slot, CA_OS_PAGE);
+      protect(page, PROT_READ);
+    }
+  }
+  if (slot != NULL) _ca_colour_keep_frame(0, slot);
+  return false;
+}
+
+long _ca_recolour(void* p, size_t len, int id, int keep) {
   static _Atomic(bool) registered;
   if (!atomic_exchange(&registered, true)) _ca_trap_register(on_fault);
   uint8_t* first = (uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
@@ -58,7 +83,7 @@ long _ca_recolour(void* p, size_t len, int id) {
     bool ok = protect(page, PROT_READ);
     if (ok) {
       memcpy(fresh, page, CA_OS_PAGE);
-      ok = _ca_os_move(fresh, page, CA_OS_PAGE);
+      ok = swap_in(fresh, page, keep);
       if (!ok) { protect(page, PROT_READ | PROT_WRITE); _ca_pool_drop(fresh); }
     } else {
       _ca_pool_drop(fresh);

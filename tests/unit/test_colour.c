@@ -321,8 +321,9 @@ static int fake_in_set(const void* page, int id) {
   p_checked[p_index(page)]++;
   return p_in(page);
 }
-static int fake_move(void* page, int id) {
-  CHECK_EQ(id, 2);
+static int fake_move(void* page, int from, int to) {
+  CHECK_EQ(from, 1);
+  CHECK_EQ(to, 2);
   if (p_move_answer == 1) p_moved[p_index(page)]++;
   return p_move_answer;
 }

@@ -1,7 +1,8 @@
 /* Protection on this machine (internal interfaces: built static only): an ordinary object of
    half the L2 (ranges up to the L2's size are recorded), recorded as the core hands it out, has its pages that lie in the first eighth of the
    L2's colours moved to the other seven eighths once protection is armed, while another thread
-   keeps writing to it (no write may be lost).  Protection is armed the way a program's first
+   keeps writing to it (no write may be lost), and each moved page's old frame joins the first
+   eighth's pool.  Protection is armed the way a program's first
    coloured allocation from the first eighth arms it.  When colours cannot be controlled here the
    timing checks are skipped, saying so; the data checks always run. */
 #include "check.h"
@@ -24,11 +25,13 @@ static void* writer(void* arg) {
   return arg;
 }
 
-/* a number from the statistics JSON: "key":N in the "protect" object */
-static long protect_stat(const char* key) {
+/* a number from the statistics JSON: "key":N after "section": in it */
+static long stat_in(const char* section, const char* key) {
   static char json[1 << 20];
   if (chromalloc_stats_json(json, sizeof json) == 0) return -1;
-  const char* p = strstr(json, "\"protect\":");
+  char sec[64];
+  snprintf(sec, sizeof sec, "\"%s\":", section);
+  const char* p = strstr(json, sec);
   char pat[64];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   p = p ? strstr(p, pat) : NULL;
@@ -69,8 +72,10 @@ int main(void) {
     fprintf(stderr, "test_protect: colours not available here: placement not checked\n");
     return check_done("test_protect");
   }
-  long checked = protect_stat("pages_checked"), moved = protect_stat("pages_moved");
+  long checked = stat_in("protect", "pages_checked"), moved = stat_in("protect", "pages_moved");
   CHECK(checked > 0);
+  /* every page moved out of the first eighth left a frame of the first eighth: its pool took it */
+  CHECK_EQ(stat_in("colours", "frames_kept"), moved);
   if (_ca_protect_pending() > 0) {
     /* the worker looks at ranges between stocking chunks, each in a quiet window: on a loaded
        host (make -j2 running the program tests alongside) a chunk took 1-2 s, not 40 ms */
