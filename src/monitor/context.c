@@ -8,7 +8,9 @@
    return addresses, i.e. point into executable code of a loaded object just after a call
    instruction (e8 rel32, ff /2 in its register, disp8, disp32 and SIB forms).  The code ranges
    come from dl_iterate_phdr (which does not allocate) and are rebuilt when an address falls
-   outside them (dlopen) at most once per 4096 captures.
+   outside them (dlopen) at most once per 4096 captures.  The bytes before a word can look like
+   a call by chance, so every slot a "call" names (a PLT stub's GOT entry, `call *disp32(%rip)`)
+   is read only when it lies in a loaded segment.
 
    A scan also meets stale return addresses, left in unused stack slots by earlier calls.  So
    the frames must form a chain: the first is the entry point's own return address (the
@@ -38,39 +40,51 @@
 
 typedef struct { uintptr_t lo, hi; bool libc; } code_range_t;
 
-static code_range_t     ranges[MAX_RANGES];
-static _Atomic(int)     nranges = -1;          /* -1: not built */
-static ca_lock_t        ranges_lock;
-static _Atomic(uint32_t) misses_since_build;
+/* The loaded objects' segments, rebuilt into the table not in use and then published: a capture
+   reads one table throughout (a rebuild in another thread meanwhile writes the other one). */
+typedef struct {
+  int          ncode, nread;
+  code_range_t code[MAX_RANGES];              /* executable segments, by start */
+  code_range_t read[MAX_RANGES];              /* every readable segment (code, data, GOT), by start */
+} range_table_t;
+
+static range_table_t            tables[2];
+static _Atomic(range_table_t*)  current;       /* NULL: not built */
+static ca_lock_t                ranges_lock;
+static _Atomic(uint32_t)        misses_since_build;
 
 static __thread uintptr_t stack_top __attribute__((tls_model("initial-exec")));
 static __thread uintptr_t stack_lo __attribute__((tls_model("initial-exec")));
 
 static int collect(struct dl_phdr_info* info, size_t size, void* arg) {
-  int* n = arg;
-  for (int i = 0; i < info->dlpi_phnum && *n < MAX_RANGES; i++) {
+  range_table_t* t = arg;
+  const char* name = info->dlpi_name ? info->dlpi_name : "";
+  const char* slash = strrchr(name, '/');
+  bool libc = strncmp(slash ? slash + 1 : name, "libc.so", 7) == 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-    const char* name = info->dlpi_name ? info->dlpi_name : "";
-    const char* slash = strrchr(name, '/');
-    ranges[*n] = (code_range_t){ lo, lo + ph->p_memsz, strncmp(slash ? slash + 1 : name, "libc.so", 7) == 0 };
-    (*n)++;
+    if (ph->p_type != PT_LOAD) continue;
+    code_range_t r = { info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz, libc };
+    if ((ph->p_flags & PF_R) && t->nread < MAX_RANGES) t->read[t->nread++] = r;
+    if ((ph->p_flags & PF_X) && t->ncode < MAX_RANGES) t->code[t->ncode++] = r;
   }
   return 0;
 }
 
+static void sort_ranges(code_range_t* r, int n) {       /* insertion sort by start */
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && r[j].lo < r[j - 1].lo; j--) { code_range_t t = r[j]; r[j] = r[j - 1]; r[j - 1] = t; }
+}
+
 static void build_ranges(void) {
   _ca_lock(&ranges_lock);
-  atomic_store_explicit(&nranges, 0, ca_release);      /* readers see no ranges meanwhile */
-  int n = 0;
-  dl_iterate_phdr(collect, &n);
-  for (int i = 1; i < n; i++)                           /* insertion sort by start */
-    for (int j = i; j > 0 && ranges[j].lo < ranges[j - 1].lo; j--) {
-      code_range_t t = ranges[j]; ranges[j] = ranges[j - 1]; ranges[j - 1] = t;
-    }
+  range_table_t* t = atomic_load_explicit(&current, ca_relaxed) == &tables[0] ? &tables[1] : &tables[0];
+  t->ncode = t->nread = 0;
+  dl_iterate_phdr(collect, t);
+  sort_ranges(t->code, t->ncode);
+  sort_ranges(t->read, t->nread);
   atomic_store_explicit(&misses_since_build, 0, ca_relaxed);
-  atomic_store_explicit(&nranges, n, ca_release);
+  atomic_store_explicit(&current, t, ca_release);
   _ca_unlock(&ranges_lock);
 }
 
@@ -81,16 +95,27 @@ static void fork_prepare(void) { _ca_lock(&ranges_lock); }
 static void fork_release(void) { _ca_unlock(&ranges_lock); }
 void _ca_context_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
 
-/* the range holding pc, or NULL */
-static const code_range_t* range_of(uintptr_t pc, int n) {
+/* the range of r[0..n) holding a, or NULL */
+static const code_range_t* find_range(const code_range_t* r, int n, uintptr_t a) {
   int lo = 0, hi = n - 1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
-    if (pc < ranges[mid].lo) hi = mid - 1;
-    else if (pc >= ranges[mid].hi) lo = mid + 1;
-    else return &ranges[mid];
+    if (a < r[mid].lo) hi = mid - 1;
+    else if (a >= r[mid].hi) lo = mid + 1;
+    else return &r[mid];
   }
   return NULL;
+}
+
+/* the code range holding pc, or NULL */
+static const code_range_t* range_of(const range_table_t* T, uintptr_t pc) { return find_range(T->code, T->ncode, pc); }
+
+/* The word at a, when [a, a + 8) lies in a loaded segment, else 0.  The bytes before a return
+   address can look like a call by chance (they belong to another instruction, or the word is
+   stale); the slot such a "call" names can be anywhere (cc1 faulted on one). */
+static uintptr_t word_at(const range_table_t* T, uintptr_t a) {
+  const code_range_t* r = find_range(T->read, T->nread, a);
+  return r != NULL && a + sizeof(uintptr_t) <= r->hi ? *(const uintptr_t*)a : 0;
 }
 
 /* Is there a call instruction ending just before pc? */
@@ -109,29 +134,31 @@ static bool after_call(uintptr_t pc, uintptr_t lo) {
 
 /* The function a direct call ending at pc calls (through a PLT stub or a GOT slot to the real
    function); 0 when the call is indirect or leads outside known code. */
-static uintptr_t call_target(uintptr_t pc, int n) {
+static uintptr_t call_target(const range_table_t* T, uintptr_t pc) {
   const uint8_t* c = (const uint8_t*)pc;
   uintptr_t t;
   if (c[-5] == 0xE8) {                                              /* call rel32 */
     int32_t rel;
     memcpy(&rel, c - 4, 4);
     t = pc + (uintptr_t)(intptr_t)rel;
-    if (range_of(t, n) == NULL) return 0;
+    const code_range_t* r = range_of(T, t);
+    if (r == NULL) return 0;
+    if (t + 16 > r->hi) return t;                                    /* too near the end for a stub */
     const uint8_t* s = (const uint8_t*)t;
     size_t k = s[0] == 0xF3 && s[1] == 0x0F && s[2] == 0x1E && s[3] == 0xFA ? 4 : 0;   /* endbr64 */
     if (s[k] == 0xF2) k++;                                           /* bnd */
     if (s[k] != 0xFF || s[k + 1] != 0x25) return t;                  /* not a PLT stub */
     int32_t d;
     memcpy(&d, s + k + 2, 4);
-    t = *(const uintptr_t*)(t + k + 6 + (uintptr_t)(intptr_t)d);     /* its GOT slot */
+    t = word_at(T, t + k + 6 + (uintptr_t)(intptr_t)d);                 /* its GOT slot */
   } else if (c[-6] == 0xFF && c[-5] == 0x15) {                       /* call *disp32(%rip) */
     int32_t d;
     memcpy(&d, c - 4, 4);
-    t = *(const uintptr_t*)(pc + (uintptr_t)(intptr_t)d);
+    t = word_at(T, pc + (uintptr_t)(intptr_t)d);
   } else {
     return 0;
   }
-  return range_of(t, n) != NULL ? t : 0;
+  return range_of(T, t) != NULL ? t : 0;
 }
 
 static bool direct_call(uintptr_t pc) {
@@ -140,8 +167,8 @@ static bool direct_call(uintptr_t pc) {
 }
 
 /* Did the (direct) call before `pc` lead to the function holding `inner`? */
-static bool chains(uintptr_t pc, uintptr_t inner, int n) {
-  uintptr_t t = call_target(pc, n);
+static bool chains(const range_table_t* T, uintptr_t pc, uintptr_t inner) {
+  uintptr_t t = call_target(T, pc);
   return t != 0 && t <= inner && inner - t < MAX_FUNC;
 }
 
@@ -189,8 +216,8 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
   ctx->at1 = 0;
   ctx->hash = 0;
   ctx->in_libc = false;
-  int n = atomic_load_explicit(&nranges, ca_acquire);
-  if (n < 0) { build_ranges(); n = atomic_load_explicit(&nranges, ca_acquire); }
+  const range_table_t* T = atomic_load_explicit(&current, ca_acquire);
+  if (T == NULL) { build_ranges(); T = atomic_load_explicit(&current, ca_acquire); }
   if (stack_top == 0) find_stack(sp);
   uintptr_t end = on_stack(sp) ? stack_top : sp;
   if (end > sp + SCAN_WORDS * sizeof(uintptr_t)) end = sp + SCAN_WORDS * sizeof(uintptr_t);
@@ -202,7 +229,7 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
   for (const uintptr_t* w = (const uintptr_t*)sp; (uintptr_t)(w + 1) <= end && nc < MAX_CANDIDATES; w++) {
     uintptr_t pc = *w;
     if (pc < 4096) continue;
-    const code_range_t* r = range_of(pc, n);
+    const code_range_t* r = range_of(T, pc);
     if (r == NULL) {
       /* code the list does not know (dlopen since the last build) would look like data */
       if (pc >= 0x400000 && (pc >> 47) == 0 && (pc & 7) != 0) unknown = true;
@@ -211,7 +238,7 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
     if (after_call(pc, r->lo)) { off[nc] = (uint16_t)((uintptr_t)w - sp); cand[nc++] = pc; }
   }
   uint64_t h = 0x84222325CBF29CE4ull;
-  const code_range_t* r0 = range_of(ret != NULL ? (uintptr_t)ret : nc > 0 ? cand[0] : 0, n);
+  const code_range_t* r0 = range_of(T, ret != NULL ? (uintptr_t)ret : nc > 0 ? cand[0] : 0);
   if (r0 != NULL) {                                  /* the program's call site */
     ctx->in_libc = r0->libc;
     add_frame(ctx, ret != NULL ? (uintptr_t)ret : cand[0], &h);
@@ -225,7 +252,7 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
     for (int i = at; i < nc && next < 0; i++) {
       if (cand[i] == prev) continue;
       if (!direct_call(cand[i])) { if (ind < 0) ind = i; continue; }
-      if (chains(cand[i], prev, n)) next = i;
+      if (chains(T, cand[i], prev)) next = i;
     }
     if (next < 0) {
       /* reached by an indirect call: the first word after one that a later direct call leads
@@ -237,7 +264,7 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
       for (int j = ind; j >= 0 && j < nc && via < 0; j++) {
         if (cand[j] == prev || direct_call(cand[j])) continue;
         for (int i = j + 1; i < nc && via < 0; i++)
-          if (direct_call(cand[i]) && chains(cand[i], cand[j], n)) { via = j; next = i; }
+          if (direct_call(cand[i]) && chains(T, cand[i], cand[j])) { via = j; next = i; }
       }
       if (via < 0) break;
       if (ctx->nframes == 1 && sp == (uintptr_t)from) ctx->at1 = off[via];

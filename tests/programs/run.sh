@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real-program tests for chromalloc: runs python3 (tests/programs/alloc_heavy.py), the sqlite3
-# CLI (sqlite_workload.sql), git (git_workload.sh) and a C++ program (cxx_containers.cpp,
+# CLI (sqlite_workload.sql), git (git_workload.sh), gcc (cc_workload.sh: cc1 compiling five of
+# our own sources, then a small program built and run) and a C++ program (cxx_containers.cpp,
 # compiled here with g++) twice each -- once with no preload as the reference and once with
 # LD_PRELOAD=LIB -- and checks that both runs exit with status 0, that their stdout and stderr
 # are identical, and that stdout also equals the expected output embedded further down in this
@@ -11,7 +12,7 @@
 # with a clean environment (env -i, LC_ALL=C, TZ=UTC, HOME inside the temporary directory,
 # fixed seeds, dates and identities), so the outputs are deterministic.
 #
-# Usage: tests/programs/run.sh LIB [PROGRAM...]    PROGRAM: python3 sqlite3 git cxx (default all)
+# Usage: tests/programs/run.sh LIB [PROGRAM...]    PROGRAM: python3 sqlite3 git cc cxx (default all)
 # Environment: BUILD_DIR=dir  compile cxx_containers into dir (reused while newer than the source)
 #              CHROMALLOC_CHECK_STATS=1  also set CHROMALLOC_STATS=<tmp>/<name>.json for the
 #                  preloaded run and check that the file exists and mentions "chromalloc"
@@ -33,9 +34,9 @@ LIB=$1
 shift
 [[ $LIB == /* ]] || LIB=$PWD/$LIB
 PROGRAMS=("$@")
-[[ ${#PROGRAMS[@]} -gt 0 ]] || PROGRAMS=(python3 sqlite3 git cxx)
+[[ ${#PROGRAMS[@]} -gt 0 ]] || PROGRAMS=(python3 sqlite3 git cc cxx)
 for p in "${PROGRAMS[@]}"; do
-  case $p in python3 | sqlite3 | git | cxx) ;; *) echo "run.sh: unknown program '$p' (python3 sqlite3 git cxx)" >&2; exit 2 ;; esac
+  case $p in python3 | sqlite3 | git | cc | cxx) ;; *) echo "run.sh: unknown program '$p' (python3 sqlite3 git cc cxx)" >&2; exit 2 ;; esac
 done
 
 # The programs come from Debian packages, which install into /usr/bin; the runs see only these.
@@ -193,6 +194,13 @@ test_git() {
   run_both git "$start" expected_git bash "$HERE/git_workload.sh"
 }
 
+test_cc() {
+  local start
+  start=$(now_us)
+  need cc gcc gcc || return 0
+  run_both cc "$start" expected_cc bash "$HERE/cc_workload.sh" "$(cd "$HERE/../.." && pwd)"
+}
+
 test_cxx() {
   local start
   start=$(now_us)
@@ -230,6 +238,13 @@ fork: 0 20000:e48b8f0bfde8edc9
 multiprocessing: 205eae890cf76b1c 20000:83db3d982782622c
 threads: 12000 692284927 f104b1fa48f6b137
 OK
+EOF
+}
+
+expected_cc() {
+  cat <<'EOF'
+nodes 200000 sum 101992018
+ok
 EOF
 }
 

@@ -207,6 +207,27 @@ static void test_stale_indirect(void) {
   CHECK_EQ(k.frames[2], ret_k);
 }
 
+/* Bytes before a stack word that look like a call by chance name a slot anywhere: the scan must
+   not read it (cc1 died in the scan on `ff 15` + a wild displacement).  fake_rip follows
+   `call *disp32(%rip)` and fake_rel a `call rel32` to a "PLT stub" `jmp *disp32(%rip)`, both
+   displacements 2 GiB away from anything mapped. */
+__asm__(".text\n"
+        ".byte 0xff, 0x15\n .long 0x7ff00000\n"
+        "fake_rip:\n"
+        ".byte 0xe8\n .long 8\n"
+        "fake_rel:\n"
+        ".byte 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc\n"
+        ".byte 0xff, 0x25\n .long 0x7ff00000\n"
+        ".byte 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc\n");
+extern const char fake_rip[], fake_rel[];
+static void test_wild_slot(void) {
+  volatile uintptr_t stack[4] = { (uintptr_t)fake_rip, (uintptr_t)fake_rel, (uintptr_t)fake_rip, 0 };
+  ca_context_t k;
+  _ca_context_capture(&k, (const void*)stack, (const void*)((uintptr_t)test_wild_slot + 1));
+  CHECK(k.nframes >= 1);
+  for (uint32_t i = 1; i < k.nframes; i++) CHECK(k.frames[i] != (uintptr_t)fake_rip && k.frames[i] != (uintptr_t)fake_rel);
+}
+
 /* On a signal stack the scan reads nothing above it (the page beyond this one is unmapped; the
    scan window is 16 KiB): the context is the call site alone. */
 static volatile int alt_frames = -1, alt_caller = -1;
@@ -286,6 +307,7 @@ int main(void) {
   test_sites();
   test_signal_stack();
   test_stale_indirect();
+  test_wild_slot();
   test_late_fault();
   return check_done("test_nightwatch");
 }
