@@ -4,8 +4,10 @@
    exist in the child), starts a thread of its own, and exits cleanly.  A child that deadlocks
    on an allocator lock held at fork time is caught by the alarm. */
 #include "check.h"
+#include <execinfo.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
 
 static atomic_bool stop;
 static _Atomic(void*) shared[64];
@@ -27,7 +29,19 @@ static void* child_thread(void* arg) {
   return arg;
 }
 
+/* A child still working after 20 s is stuck: say where before the alarm kills it (one CI run
+   saw a child killed by the alarm, not reproduced in 450 runs since, under load or not). */
+static void on_alarm(int sig) {
+  static const char msg[] = "test_fork: child stuck for 20 s; its main thread's stack:\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  void* frames[32];
+  backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 static int child_work(void* parent_block) {
+  signal(SIGALRM, on_alarm);
   alarm(20);
   void* p[5000];
   for (int i = 0; i < 5000; i++) { p[i] = malloc((size_t)(i * 37 % 5000) + 1); if (!p[i]) return 3; }
@@ -47,6 +61,8 @@ static int child_work(void* parent_block) {
 
 int main(void) {
   require_chromalloc("test_fork");
+  void* warm[1];
+  backtrace(warm, 1);                                     /* loads libgcc now, not in a handler */
   pthread_t t[3];
   for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, churn, (void*)(uintptr_t)i);
   int ok = 0;
