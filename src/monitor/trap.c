@@ -6,13 +6,22 @@
    So that a program installing its own handler after chromalloc does not silently take ours
    away, sigaction() and signal() are interposed for these two signals: the program's handler
    is recorded as the one to chain to, and what the program reads back is its own.  The handler
-   is installed lazily, the first time a client registers. */
+   is installed lazily, the first time a client registers.
+
+   A thread that blocks SIGSEGV cannot take a trap: the kernel kills the process at the first
+   fault on a page we protect (`xz -T2 -d`: liblzma starts its threads with every signal
+   blocked).  Blocking these two signals serves a program nothing (a synchronous fault while
+   they are blocked kills it anyway), so the masks it sets never block them: pthread_sigmask,
+   sigprocmask and the sa_mask of any handler are interposed and strip them, and what the
+   program reads back is what it set (per thread; a new thread starts with them unblocked in
+   its own view too). */
 #define _GNU_SOURCE
 #include "../core/internal.h"
 #include "trap.h"
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
 
 #pragma GCC visibility push(default)
 extern int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
@@ -104,17 +113,71 @@ bool _ca_trap_register(ca_trap_fn fn) {
   return true;
 }
 
+/* ---- interposed: SIGSEGV and SIGBUS are never blocked ------------------------------------------ */
+
+#define SIGCANCEL_  32                     /* glibc's own: never blocked either (as glibc does) */
+#define SIGSETXID_  33
+
+/* which of the two a mask blocks: bit 0 SIGSEGV, bit 1 SIGBUS */
+static unsigned ours_in(const sigset_t* m) { return (unsigned)(sigismember(m, SIGSEGV) == 1) | (unsigned)(sigismember(m, SIGBUS) == 1) << 1; }
+static void ours_add(sigset_t* m, unsigned bits) { if (bits & 1) sigaddset(m, SIGSEGV); if (bits & 2) sigaddset(m, SIGBUS); }
+static void ours_strip(sigset_t* m) { sigdelset(m, SIGSEGV); sigdelset(m, SIGBUS); }
+
+static __thread unsigned believed __attribute__((tls_model("initial-exec")));   /* this thread's view */
+static unsigned handler_bits[_NSIG];       /* the sa_mask bits each signal's handler was set with */
+
+/* 0 or an errno value, as pthread_sigmask answers */
+static int set_mask(int how, const sigset_t* set, sigset_t* old) {
+  sigset_t s;
+  if (set != NULL) {
+    s = *set;
+    ours_strip(&s);
+    sigdelset(&s, SIGCANCEL_);
+    sigdelset(&s, SIGSETXID_);
+  }
+  long r = _ca_syscall6(SYS_rt_sigprocmask, how, set != NULL ? (long)&s : 0, (long)old, _NSIG / 8, 0, 0);
+  if (r < 0) return (int)-r;
+  if (old != NULL) ours_add(old, believed);
+  if (set != NULL) {
+    unsigned b = ours_in(set);
+    believed = how == SIG_BLOCK ? believed | b : how == SIG_UNBLOCK ? believed & ~b : b;
+  }
+  return 0;
+}
+
+__attribute__((visibility("default")))
+int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) { return set_mask(how, set, old); }
+
+__attribute__((visibility("default")))
+int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
+  int e = set_mask(how, set, old);
+  if (e == 0) return 0;
+  errno = e;
+  return -1;
+}
+
 /* ---- interposed: the program's handlers are chained, ours stays installed -------------------- */
 
 __attribute__((visibility("default")))
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
   int s = slot(sig);
-  if (s < 0 || !atomic_load_explicit(&installed, ca_acquire)) return __sigaction(sig, act, old);
+  if (s >= 0 && atomic_load_explicit(&installed, ca_acquire)) {
+    _ca_lock(&install_lock);
+    if (old != NULL) *old = chained[s];
+    if (act != NULL) chained[s] = *act;
+    _ca_unlock(&install_lock);
+    return 0;
+  }
+  if (sig <= 0 || sig >= _NSIG) return __sigaction(sig, act, old);
+  struct sigaction a;
+  if (act != NULL) { a = *act; ours_strip(&a.sa_mask); }
   _ca_lock(&install_lock);
-  if (old != NULL) *old = chained[s];
-  if (act != NULL) chained[s] = *act;
+  unsigned before = handler_bits[sig];
+  int r = __sigaction(sig, act != NULL ? &a : NULL, old);
+  if (r == 0 && old != NULL) ours_add(&old->sa_mask, before);
+  if (r == 0 && act != NULL) handler_bits[sig] = ours_in(&act->sa_mask);
   _ca_unlock(&install_lock);
-  return 0;
+  return r;
 }
 
 __attribute__((visibility("default")))

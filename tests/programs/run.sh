@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real-program tests for chromalloc: runs python3 (tests/programs/alloc_heavy.py), the sqlite3
 # CLI (sqlite_workload.sql), git (git_workload.sh), gcc (cc_workload.sh: cc1 compiling five of
-# our own sources, then a small program built and run) and a C++ program (cxx_containers.cpp,
+# our own sources, then a small program built and run), xz (xz_workload.sh: two threads with
+# every signal blocked) and a C++ program (cxx_containers.cpp,
 # compiled here with g++) twice each -- once with no preload as the reference and once with
 # LD_PRELOAD=LIB -- and checks that both runs exit with status 0, that their stdout and stderr
 # are identical, and that stdout also equals the expected output embedded further down in this
@@ -12,7 +13,7 @@
 # with a clean environment (env -i, LC_ALL=C, TZ=UTC, HOME inside the temporary directory,
 # fixed seeds, dates and identities), so the outputs are deterministic.
 #
-# Usage: tests/programs/run.sh LIB [PROGRAM...]    PROGRAM: python3 sqlite3 git cc cxx (default all)
+# Usage: tests/programs/run.sh LIB [PROGRAM...]    PROGRAM: python3 sqlite3 git cc xz cxx (default all)
 # Environment: BUILD_DIR=dir  compile cxx_containers into dir (reused while newer than the source)
 #              CHROMALLOC_CHECK_STATS=1  also set CHROMALLOC_STATS=<tmp>/<name>.json for the
 #                  preloaded run and check that the file exists and mentions "chromalloc"
@@ -34,9 +35,9 @@ LIB=$1
 shift
 [[ $LIB == /* ]] || LIB=$PWD/$LIB
 PROGRAMS=("$@")
-[[ ${#PROGRAMS[@]} -gt 0 ]] || PROGRAMS=(python3 sqlite3 git cc cxx)
+[[ ${#PROGRAMS[@]} -gt 0 ]] || PROGRAMS=(python3 sqlite3 git cc xz cxx)
 for p in "${PROGRAMS[@]}"; do
-  case $p in python3 | sqlite3 | git | cc | cxx) ;; *) echo "run.sh: unknown program '$p' (python3 sqlite3 git cc cxx)" >&2; exit 2 ;; esac
+  case $p in python3 | sqlite3 | git | cc | xz | cxx) ;; *) echo "run.sh: unknown program '$p' (python3 sqlite3 git cc xz cxx)" >&2; exit 2 ;; esac
 done
 
 # The programs come from Debian packages, which install into /usr/bin; the runs see only these.
@@ -201,6 +202,14 @@ test_cc() {
   run_both cc "$start" expected_cc bash "$HERE/cc_workload.sh" "$(cd "$HERE/../.." && pwd)"
 }
 
+test_xz() {
+  local start
+  start=$(now_us)
+  need xz xz xz-utils || return 0
+  need xz awk mawk || return 0
+  run_both xz "$start" expected_xz bash "$HERE/xz_workload.sh"
+}
+
 test_cxx() {
   local start
   start=$(now_us)
@@ -244,6 +253,16 @@ EOF
 expected_cc() {
   cat <<'EOF'
 nodes 200000 sum 101992018
+ok
+EOF
+}
+
+expected_xz() {
+  cat <<'EOF'
+33d156231016b14e8836bae16e5f6cff  -
+33d156231016b14e8836bae16e5f6cff  -
+33d156231016b14e8836bae16e5f6cff  -
+33d156231016b14e8836bae16e5f6cff  -
 ok
 EOF
 }
