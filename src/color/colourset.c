@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "colour.h"
 #include "../core/hooks.h"
+#include "../monitor/trap.h"
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
@@ -437,6 +438,7 @@ static size_t protect_some(size_t pages) {
 }
 
 static void* worker_main(void* arg) {
+  _ca_trap_quiet_thread();
   /* background work: the program's threads come first (nice 19 for this thread) */
   setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
   /* measure on one CPU, preferably not the one of the thread that asked (its own memory traffic

@@ -53,6 +53,12 @@ static struct {
   uint64_t           recorded, full, released, checked, untouched, in_set, moved, removed, unknown, ns;
 } P;
 
+/* Set while this thread takes or holds P.lock: a signal handler of the program nested in that
+   section (its read() comes to _ca_protect_release) must not wait for the lock (see monitor.c). */
+static __thread bool holding __attribute__((tls_model("initial-exec")));
+static void lock_p(void) { holding = true; _ca_lock(&P.lock); }
+static void unlock_p(void) { _ca_unlock(&P.lock); holding = false; }
+
 static const void* key_at(uint32_t i) { return __atomic_load_n(&P.r[i].key, __ATOMIC_ACQUIRE); }
 
 /* Drop slot i (lock held). */
@@ -67,10 +73,10 @@ static void wait_idle(const void* key) {
 }
 
 void _ca_protect_init(size_t max_bytes, size_t budget_pages) {
-  _ca_lock(&P.lock);
+  lock_p();
   P.max_bytes = max_bytes;
   P.budget = budget_pages;
-  _ca_unlock(&P.lock);
+  unlock_p();
 }
 
 void _ca_protect_add(const void* key, void* p, size_t n) {
@@ -78,7 +84,7 @@ void _ca_protect_add(const void* key, void* p, size_t n) {
   uint8_t* end = (uint8_t*)(((uintptr_t)p + n) & ~(uintptr_t)(CA_OS_PAGE - 1));
   size_t pages = end > base ? (size_t)(end - base) / CA_OS_PAGE : 0;
   if (pages == 0 || n > P.max_bytes || P.pages + pages > P.budget) return;   /* unlocked: a hint */
-  _ca_lock(&P.lock);
+  lock_p();
   uint32_t i = 0;
   while (i < RANGES && P.r[i].key != NULL) i++;
   if (i < RANGES && P.pages + pages <= P.budget) {
@@ -96,7 +102,7 @@ void _ca_protect_add(const void* key, void* p, size_t n) {
   } else {
     P.full++;
   }
-  _ca_unlock(&P.lock);
+  unlock_p();
 }
 
 void _ca_protect_remove(const void* key) {
@@ -105,9 +111,9 @@ void _ca_protect_remove(const void* key) {
   if (P.n == 0 || (uintptr_t)key < P.lo || (uintptr_t)key >= P.hi) return;
   for (uint32_t i = 0, top = atomic_load_explicit(&P.top, ca_acquire); i < top; i++) {
     if (key_at(i) != key) continue;
-    _ca_lock(&P.lock);
+    lock_p();
     if (P.r[i].key == key) drop(i);
-    _ca_unlock(&P.lock);
+    unlock_p();
     wait_idle(key);
     return;
   }
@@ -118,7 +124,7 @@ void _ca_protect_remove(const void* key) {
    kernel may be writing (the copy of a recolouring would make the call fail with EFAULT). */
 void _ca_protect_release(const void* p, size_t n) {
   uintptr_t lo = (uintptr_t)p, hi = n > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + n;
-  if (P.n == 0 || hi <= P.lo || lo >= P.hi) return;          /* unlocked: a hint (see remove) */
+  if (P.n == 0 || hi <= P.lo || lo >= P.hi || holding) return;   /* unlocked: a hint (see remove) */
   /* every buffer system call comes here: look without the lock first (a slot's base and pages
      are written before its key is published) */
   uint32_t top = atomic_load_explicit(&P.top, ca_acquire);
@@ -130,7 +136,7 @@ void _ca_protect_release(const void* p, size_t n) {
   if (!any) return;
   const void* gone[RANGES];
   uint32_t ngone = 0;
-  _ca_lock(&P.lock);
+  lock_p();
   for (uint32_t i = 0; i < top; i++) {
     ca_prange_t* r = &P.r[i];
     if (r->key != NULL && (uintptr_t)r->base < hi && (uintptr_t)r->base + r->pages * CA_OS_PAGE > lo) {
@@ -139,15 +145,15 @@ void _ca_protect_release(const void* p, size_t n) {
       drop(i);
     }
   }
-  _ca_unlock(&P.lock);
+  unlock_p();
   for (uint32_t k = 0; k < ngone; k++) wait_idle(gone[k]);
 }
 
 bool _ca_protect_arm(int from, int to) {
-  _ca_lock(&P.lock);
+  lock_p();
   if (P.from <= 0) { P.from = from; P.to = to; }
   bool ok = P.from == from && P.to == to;
-  _ca_unlock(&P.lock);
+  unlock_p();
   return ok;
 }
 
@@ -158,9 +164,9 @@ bool _ca_protect_recorded(void) { return P.n != 0; }
 
 size_t _ca_protect_pending(void) {
   size_t n = 0;
-  _ca_lock(&P.lock);
+  lock_p();
   for (uint32_t i = 0; i < P.top; i++) if (P.r[i].key != NULL) n += P.r[i].pages - P.r[i].next;
-  _ca_unlock(&P.lock);
+  unlock_p();
   return n;
 }
 
@@ -170,7 +176,7 @@ static uint8_t* next_page(const void** key, size_t* pending) {
   uint8_t* page = NULL;
   uint64_t now = _ca_clock_ms();
   *pending = 0;
-  _ca_lock(&P.lock);
+  lock_p();
   uint32_t top = P.top;
   for (uint32_t k = 0; k < top; k++) {
     uint32_t i = (P.cursor + k) % top;
@@ -184,16 +190,16 @@ static uint8_t* next_page(const void** key, size_t* pending) {
       atomic_store_explicit(&P.busy, r->key, ca_release);
     }
   }
-  _ca_unlock(&P.lock);
+  unlock_p();
   return page;
 }
 
 /* The page is done: its range (if still there) moves on. */
 static void page_done(const void* key) {
-  _ca_lock(&P.lock);
+  lock_p();
   for (uint32_t i = 0; i < P.top; i++)
     if (P.r[i].key == key) { P.r[i].next++; break; }
-  _ca_unlock(&P.lock);
+  unlock_p();
   atomic_store_explicit(&P.busy, NULL, ca_release);
 }
 

@@ -257,6 +257,16 @@ static sample_t* sample_of(uintptr_t a, mchunk_t** out) {
   return best;
 }
 
+/* M.lock is also wanted inside signal handlers: ours (a trap), and the program's, through the
+   system calls we interpose (cmake's SIGCHLD handler calls read(); it hung when the signal came
+   while its thread was in our fault handler, holding the lock).  `holding` is set before the
+   lock is taken and cleared after it is let go: code that finds it set runs in a handler
+   nested in this thread's critical section and must not wait for the lock (it would wait for
+   itself). */
+static __thread bool holding __attribute__((tls_model("initial-exec")));
+static void lock_m(void) { holding = true; _ca_lock(&M.lock); }
+static void unlock_m(void) { _ca_unlock(&M.lock); holding = false; }
+
 /* the system call itself: the interposed mprotect (syscalls.c) would wait for our own lock */
 static int protect(void* page, int prot) {
   uint64_t t0 = _ca_clock_ns();
@@ -373,10 +383,17 @@ static bool on_fault(void* addr, int sig) {
   if (sig != SIGSEGV || !M.inited) return false;
   uint64_t t0 = _ca_clock_ns();
   uintptr_t a = (uintptr_t)addr;
-  _ca_lock(&M.lock);
+  if (holding) {
+    /* a handler of the program, run inside this thread's critical section, touched a sampled
+       page: it is opened, with no bookkeeping (the lock is this thread's own) */
+    if (!_ca_monitor_covers(a)) return false;
+    protect((void*)(a & ~(uintptr_t)(CA_OS_PAGE - 1)), PROT_READ | PROT_WRITE);
+    return true;
+  }
+  lock_m();
   mchunk_t* c = NULL;
   sample_t* s = sample_of(a, &c);
-  if (s == NULL) { _ca_unlock(&M.lock); return false; }
+  if (s == NULL) { unlock_m(); return false; }
   bool wake = false;
   unsigned line = (unsigned)((a >> 6) & 63);
   switch (s->state) {
@@ -401,7 +418,7 @@ static bool on_fault(void* addr, int sig) {
   rearm_locked(t0, (uint64_t)BURST_US * 1000, REARM_PER_FAULT);
   M.fault_ns += _ca_clock_ns() - t0;
   atomic_fetch_add_explicit(&M.cost_ns, TRAP_NS, ca_relaxed);
-  _ca_unlock(&M.lock);
+  unlock_m();
   if (wake) wake_monitor();
   return true;
 }
@@ -409,9 +426,9 @@ static bool on_fault(void* addr, int sig) {
 /* ---- the monitor thread: re-protect pages after their burst, hand verdicts over ---------- */
 static void deliver(void) {
   for (int i = 0; i < MAX_CHUNKS; i++) {
-    _ca_lock(&M.lock);
+    lock_m();
     mchunk_t* c = &M.chunks[i];
-    if (c->state != CH_VERDICT) { _ca_unlock(&M.lock); continue; }
+    if (c->state != CH_VERDICT) { unlock_m(); continue; }
     void* p = c->p; size_t n = c->n; uint64_t cookie = c->cookie;
     bool has = c->has_verdict;
     ca_monitor_result_t r = c->r;
@@ -419,7 +436,7 @@ static void deliver(void) {
     c->retired_ms = _ca_clock_ms();
     atomic_fetch_sub_explicit(&M.active, 1, ca_relaxed);
     if (has) M.verdicts++;
-    _ca_unlock(&M.lock);
+    unlock_m();
     if (has && M.verdict != NULL) M.verdict(p, n, cookie, &r);
   }
 }
@@ -437,7 +454,7 @@ static bool rearm(void) {
   int n = 0;
   bool open_left = false, wake = false;
   uint64_t now = _ca_clock_ns();
-  _ca_lock(&M.lock);
+  lock_m();
   for (int i = 0; i < MAX_CHUNKS; i++) {
     mchunk_t* c = &M.chunks[i];
     if (c->state != CH_ACTIVE) continue;
@@ -459,25 +476,25 @@ static bool rearm(void) {
   }
   M.rearms += (uint64_t)n;
   M.rearming = n > 0;
-  _ca_unlock(&M.lock);
+  unlock_m();
   if (n == 0) return open_left || wake;
   for (int i = 0; i < n; i++) protect(pages[i], PROT_NONE);
   /* a page a fault handler opened between the unlock and its protection must not stay closed */
-  _ca_lock(&M.lock);
+  lock_m();
   for (int i = 0; i < n; i++) {
     mchunk_t* c = NULL;
     sample_t* s = sample_of((uintptr_t)pages[i], &c);
     if (s == NULL || s->state != PG_ARMED || c->state != CH_ACTIVE) protect(pages[i], PROT_READ | PROT_WRITE);
   }
   M.rearming = false;
-  _ca_unlock(&M.lock);
+  unlock_m();
   return open_left || wake;
 }
 
 /* ---- the PMU method ----------------------------------------------------------------------- */
 /* Samples of monitored chunks: a hit when served by the L1, a fill buffer or the L2. */
 void _ca_monitor_feed(const ca_pmu_sample_t* s, size_t n) {
-  _ca_lock(&M.lock);
+  lock_m();
   for (size_t i = 0; i < n; i++) {
     if (s[i].level == CA_PMU_UNKNOWN) { M.pmu_unknown++; continue; }
     for (int k = 0; k < MAX_CHUNKS; k++) {
@@ -490,7 +507,7 @@ void _ca_monitor_feed(const ca_pmu_sample_t* s, size_t n) {
       break;
     }
   }
-  _ca_unlock(&M.lock);
+  unlock_m();
 }
 
 static void drain_rings(void) {
@@ -516,6 +533,7 @@ void _ca_monitor_use_samples(void) { M.use_pmu = M.fed = true; }
 
 static void* thread_main(void* arg) {
   (void)arg;
+  _ca_trap_quiet_thread();
   calibrate();
   for (;;) {
     int seq = atomic_load_explicit(&M.wake_seq, ca_acquire);
@@ -559,8 +577,8 @@ static void ensure_thread(void) {
    its next monitored chunk (thread_pid is the parent's) and keeps the parent's samples.  The
    parent's monitor thread may have been protecting a batch (`rearming`, outside the lock):
    it does not exist in the child, which must not wait for it. */
-static void fork_prepare(void) { _ca_lock(&M.lock); }
-static void fork_parent(void) { _ca_unlock(&M.lock); }
+static void fork_prepare(void) { lock_m(); }
+static void fork_parent(void) { unlock_m(); }
 static void fork_child(void) {
   /* the rings are the parent's events: closed, not drained */
   int n = atomic_load_explicit(&M.nrings, ca_relaxed);
@@ -569,7 +587,7 @@ static void fork_child(void) {
   has_ring = false;
   M.rearming = false;
   atomic_store_explicit(&M.sleeping, 0, ca_relaxed);
-  _ca_unlock(&M.lock);
+  unlock_m();
 }
 
 /* ---- interface ---------------------------------------------------------------------------- */
@@ -610,13 +628,13 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   size_t pages = (hi - lo) / CA_OS_PAGE;
   uint32_t k = _ca_monitor_samples(pages);
   uint64_t now = _ca_clock_ms(), now_ns = _ca_clock_ns();
-  _ca_lock(&M.lock);
+  lock_m();
   mchunk_t* c = NULL;
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++) {
     mchunk_t* x = &M.chunks[i];
     if (x->state == CH_FREE || (x->state == CH_RETIRED && now - x->retired_ms > RETIRE_MS)) c = x;
   }
-  if (c == NULL) { M.no_room++; _ca_unlock(&M.lock); return false; }
+  if (c == NULL) { M.no_room++; unlock_m(); return false; }
   c->lo = lo; c->hi = hi; c->p = p; c->n = n; c->cookie = cookie;
   c->nsamples = k; c->done = 0;
   c->stride = (hi - lo) / k;
@@ -628,7 +646,7 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   if (!c->traps) {                           /* judged by samples: nothing to protect */
     c->nsamples = 0;
     c->state = CH_ACTIVE;
-    _ca_unlock(&M.lock);
+    unlock_m();
     open_ring();
     return true;
   }
@@ -642,16 +660,16 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   }
   c->state = CH_ACTIVE;
   atomic_fetch_add_explicit(&M.sampled, k, ca_relaxed);
-  _ca_unlock(&M.lock);
+  unlock_m();
   return true;
 }
 
 /* Take the lock with no re-protection in flight (see rearm).  Not for the fault handler. */
 static void lock_settled(void) {
   for (;;) {
-    _ca_lock(&M.lock);
+    lock_m();
     if (!M.rearming) return;
-    _ca_unlock(&M.lock);
+    unlock_m();
     sched_yield();
   }
 }
@@ -662,26 +680,45 @@ void _ca_monitor_stop(void* p) {
   mchunk_t* c = NULL;
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++)
     if ((M.chunks[i].state == CH_ACTIVE || M.chunks[i].state == CH_VERDICT) && M.chunks[i].p == p) c = &M.chunks[i];
-  if (c == NULL) { _ca_unlock(&M.lock); return; }
+  if (c == NULL) { unlock_m(); return; }
   if (c->state == CH_ACTIVE) decide(c, MIN_EVIDENCE / 2, true);
-  _ca_unlock(&M.lock);
+  unlock_m();
   deliver();
+}
+
+/* The sampled pages in [lo, hi) of chunks being sampled, opened.  `locked`: and done, with the
+   lock held; else only opened, read without the lock, in a handler nested in this thread's
+   critical section; `open` false: only say whether the range meets a sampled chunk. */
+static bool release_pages(uintptr_t lo, uintptr_t hi, bool locked, bool open) {
+  bool any = false;
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* c = &M.chunks[i];
+    if (c->state != CH_ACTIVE || hi <= c->lo || lo >= c->hi) continue;
+    any = true;
+    uint32_t n = c->nsamples < MAX_SAMPLES ? c->nsamples : MAX_SAMPLES;
+    for (uint32_t j = 0; open && j < n; j++) {
+      uintptr_t pg = c->lo + (uintptr_t)c->s[j].index * CA_OS_PAGE;
+      if (pg < lo || pg >= hi || pg >= c->hi || c->s[j].state == PG_DONE) continue;
+      if (!locked) { protect((void*)pg, PROT_READ | PROT_WRITE); continue; }
+      finish_page(c, &c->s[j]);
+      M.released++;
+    }
+  }
+  return any;
 }
 
 void _ca_monitor_release(const void* p, size_t len) {
   if (atomic_load_explicit(&M.active, ca_relaxed) == 0 || len == 0) return;
   uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1), hi = (uintptr_t)p + len;
   if (hi < lo) hi = UINTPTR_MAX;
+  /* nested in this thread's own critical section (a signal handler's read()): open the pages,
+     never wait for the lock; else take it only when the buffer meets a sampled chunk (every
+     read and write comes here) */
+  if (holding) { release_pages(lo, hi, false, true); return; }
+  if (!release_pages(lo, hi, false, false)) return;
   lock_settled();
-  for (int i = 0; i < MAX_CHUNKS; i++) {
-    mchunk_t* c = &M.chunks[i];
-    if (c->state != CH_ACTIVE || hi <= c->lo || lo >= c->hi) continue;
-    for (uint32_t j = 0; j < c->nsamples; j++) {
-      uintptr_t pg = (uintptr_t)page_of(c, &c->s[j]);
-      if (pg >= lo && pg < hi && c->s[j].state != PG_DONE) { finish_page(c, &c->s[j]); M.released++; }
-    }
-  }
-  _ca_unlock(&M.lock);
+  release_pages(lo, hi, true, true);
+  unlock_m();
 }
 
 bool _ca_monitor_covers(uintptr_t a) {

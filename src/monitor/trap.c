@@ -156,6 +156,16 @@ int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
   return -1;
 }
 
+/* chromalloc's own threads (the monitor, the colour worker) hold locks that the program's
+   signal handlers may want (through the system calls we interpose): a process signal handled
+   on one of them could wait for the lock its own thread holds.  They block every signal but
+   the faults. */
+void _ca_trap_quiet_thread(void) {
+  sigset_t all;
+  sigfillset(&all);
+  set_mask(SIG_BLOCK, &all, NULL);
+}
+
 /* ---- interposed: the program's handlers are chained, ours stays installed -------------------- */
 
 __attribute__((visibility("default")))

@@ -10,6 +10,7 @@ typedef bool (*ca_trap_fn)(void* addr, int sig);
 
 #pragma GCC visibility push(hidden)
 bool _ca_trap_register(ca_trap_fn fn);       /* installs the handler on first use */
+void _ca_trap_quiet_thread(void);            /* the calling thread (ours) takes no signal but faults */
 #pragma GCC visibility pop
 
 #endif

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 
 static void test_sampling_count(void) {
   CHECK_EQ(_ca_monitor_samples(0), 0);
@@ -353,6 +354,57 @@ static void test_blocked_trap(void) {
   CHECK(sigismember(&back.sa_mask, SIGSEGV) == 1);
 }
 
+/* A signal whose handler calls read() into a sampled page, arriving while the thread is in our
+   fault handler (holding the monitor's lock): cmake's SIGCHLD handler did that and hung in 8 of
+   12 runs.  Here a timer signal every 50 us, for 1 s, while the thread keeps walking a sampled
+   chunk; in a child, which the alarm kills if it hangs. */
+static char* nested_buf;
+static int nested_pipe[2];
+static volatile unsigned long nested_reads;
+static void nested_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_result_t* r) { (void)p; (void)n; (void)cookie; (void)r; }
+static void on_tick(int sig) {
+  (void)sig;
+  int e = errno;
+  if (write(nested_pipe[1], "x", 1) == 1 && read(nested_pipe[0], nested_buf + 4096 * (nested_reads % 64) + 100, 1) == 1) nested_reads++;
+  errno = e;
+}
+static void nested_child(void* arg) {
+  (void)arg;
+  alarm(20);
+  _ca_monitor_init(nested_verdict);
+  nested_buf = mmap(NULL, 64 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  memset(nested_buf, 0, 64 * 4096);
+  if (pipe(nested_pipe) != 0) _exit(3);
+  bool started = false;
+  for (int i = 0; i < 2000 && !started; i++) { started = _ca_monitor_start(nested_buf, 64 * 4096, 1); if (!started) usleep(1000); }
+  if (!started) _exit(4);
+  struct sigaction sa = { 0 };
+  sa.sa_handler = on_tick;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGPROF, &sa, NULL);
+  timer_t timer;
+  struct sigevent ev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGPROF };
+  struct itimerspec every = { { 0, 50000 }, { 0, 50000 } }, off = { { 0, 0 }, { 0, 0 } };
+  if (timer_create(CLOCK_MONOTONIC, &ev, &timer) != 0 || timer_settime(timer, 0, &every, NULL) != 0) _exit(6);
+  uint64_t end = _ca_clock_ns() + 1000000000ull;
+  unsigned long sum = 0, rounds = 0;
+  while (_ca_clock_ns() < end) {
+    for (int pg = 0; pg < 64; pg++) { nested_buf[pg * 4096 + 8]++; sum += (unsigned char)nested_buf[pg * 4096 + 9]; }
+    if (++rounds % 64 == 0) {                      /* sampled pages are done after two pairs: again */
+      _ca_monitor_stop(nested_buf);
+      _ca_monitor_start(nested_buf, 64 * 4096, 1);
+    }
+  }
+  timer_settime(timer, 0, &off, NULL);
+  _exit(nested_reads > 0 && sum < ~0ul ? 0 : 5);
+}
+static void test_nested_signal(void) {
+  char err[256];
+  int st = run_child(nested_child, NULL, err, sizeof err);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) fprintf(stderr, "test_nested_signal: child status 0x%x\n", st);
+}
+
 int main(void) {
   free(malloc(1));
   test_sampling_count();
@@ -364,5 +416,6 @@ int main(void) {
   test_wild_slot();
   test_late_fault();
   test_blocked_trap();
+  test_nested_signal();
   return check_done("test_nightwatch");
 }
