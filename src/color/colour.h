@@ -181,6 +181,7 @@ void   _ca_protect_init(size_t max_bytes, size_t budget_pages);  /* ranges up to
 void   _ca_protect_add(const void* key, void* p, size_t n);   /* whole pages of [p, p + n) */
 void   _ca_protect_remove(const void* key);                   /* waits while the worker is at it */
 void   _ca_protect_release(const void* p, size_t n);          /* drop ranges [p, p + n) touches */
+void   _ca_protect_stop(void);                                /* drop every range, record none */
 bool   _ca_protect_arm(int from, int to);                     /* false: armed with another pair */
 bool   _ca_protect_armed(void);
 bool   _ca_protect_recording(void);

@@ -27,6 +27,7 @@
    same way (monitor/syscalls.c): recolouring write-protects a page for a few microseconds, and
    the kernel writing into it then would fail with EFAULT. */
 #include "colour.h"
+#include "../monitor/monitor.h"
 
 #define RANGES   256                 /* live ranges recorded */
 #define AGE_MS   20                  /* a range is looked at once it has lived this long */
@@ -75,7 +76,7 @@ static void wait_idle(const void* key) {
 void _ca_protect_init(size_t max_bytes, size_t budget_pages) {
   lock_p();
   P.max_bytes = max_bytes;
-  P.budget = budget_pages;
+  P.budget = _ca_async_io() ? 0 : budget_pages;   /* see _ca_protect_stop */
   unlock_p();
 }
 
@@ -155,6 +156,15 @@ bool _ca_protect_arm(int from, int to) {
   bool ok = P.from == from && P.to == to;
   unlock_p();
   return ok;
+}
+
+/* Asynchronous kernel I/O (monitor/syscalls.c): a page being moved is read-only for a moment,
+   and the kernel may write into any buffer at any time.  Nothing is recorded or moved again. */
+void _ca_protect_stop(void) {
+  lock_p();
+  P.budget = 0;
+  unlock_p();
+  _ca_protect_release(NULL, SIZE_MAX);
 }
 
 bool _ca_protect_armed(void) { return P.from > 0; }

@@ -83,7 +83,6 @@
 #define LAZY_US        200         /* ... and the monitor thread leaves it to faults this long */
 #define REARM_PER_FAULT 16         /* pages a fault re-protects at most */
 #define EXPIRE_MS      50          /* an armed page waits this long for its next reference */
-#define RETIRE_MS      50          /* a slot is not reused while late faults may still come */
 #define TRAP_NS        3000        /* a fault's delivery and return, beyond the handler (cost) */
 #define PMU_RINGS      64          /* threads sampling with the PMU */
 #define PMU_PERIOD     4001        /* sampled loads: one in this many */
@@ -97,6 +96,8 @@ typedef struct sample_s {
   uint8_t  state, pairs;
   uint8_t  line;         /* line of the latest reference */
   uint8_t  late;         /* faults after the page was done (races), bounded */
+  bool     released;     /* given up for a system call or the program's own mprotect/munmap:
+                            its faults are the program's, never opened by us */
   uint64_t t;            /* ns: opened (OPEN) or protected (ARMED) */
   uint64_t last_ref;     /* ns: latest reference seen (0: none yet) */
 } sample_t;
@@ -112,14 +113,12 @@ typedef struct mchunk_s {
   uint32_t  round_hits, round_misses;
   ca_monitor_result_t r;
   bool      has_verdict, traps;  /* traps: pages protected (else judged by PMU samples) */
-  uint64_t  retired_ms;
   sample_t  s[MAX_SAMPLES];
 } mchunk_t;
 
 static struct {
   ca_lock_t      lock;
   mchunk_t       chunks[MAX_CHUNKS];
-  _Atomic(int)   active;              /* chunks in CH_ACTIVE or CH_VERDICT */
   bool           rearming;            /* the monitor thread is protecting a batch, unlocked */
   ca_verdict_fn  verdict;
   bool           inited, trap_ok;
@@ -237,24 +236,19 @@ static sample_t* sample_at(mchunk_t* c, uintptr_t a) {
 
 static void* page_of(const mchunk_t* c, const sample_t* s) { return (void*)(c->lo + (uintptr_t)s->index * CA_OS_PAGE); }
 
-/* The sample of page a: a live chunk's first, else the most recently retired chunk's that
-   sampled it (the same memory is often monitored again and again: a fault that raced with a
-   chunk's end must find that chunk, not an older one at the same address).  A chunk retired
-   more than RETIRE_MS ago no longer counts: the page may be the program's own by now.  NULL:
-   not ours. */
+/* The sample of page a in a chunk being sampled or judged, or NULL: not ours.  A retired
+   chunk's pages were all opened when it was judged, so a fault there raced with its end (or the
+   memory is someone else's now, protected by the program itself): the handler retries it once
+   (trap.c) and then passes it on, never opens it (a retired chunk's page forced open broke a
+   program's own mprotect on a new block at the same address). */
 static sample_t* sample_of(uintptr_t a, mchunk_t** out) {
-  sample_t* best = NULL;
-  uint64_t now = _ca_clock_ms();
   for (int i = 0; i < MAX_CHUNKS; i++) {
     mchunk_t* c = &M.chunks[i];
-    if (c->state == CH_FREE || a < c->lo || a >= c->hi) continue;
-    if (c->state == CH_RETIRED && now - c->retired_ms > RETIRE_MS) continue;
+    if (c->state == CH_FREE || c->state == CH_RETIRED || a < c->lo || a >= c->hi) continue;
     sample_t* s = sample_at(c, a);
-    if (s == NULL) continue;
-    if (c->state != CH_RETIRED) { *out = c; return s; }
-    if (best == NULL || c->retired_ms > (*out)->retired_ms) { best = s; *out = c; }
+    if (s != NULL) { *out = c; return s; }
   }
-  return best;
+  return NULL;
 }
 
 /* M.lock is also wanted inside signal handlers: ours (a trap), and the program's, through the
@@ -410,6 +404,8 @@ static bool on_fault(void* addr, int sig) {
     if (c->state == CH_ACTIVE && converged(c)) { decide(c, MIN_EVIDENCE / 2, false); wake = true; }
     break;
   default:
+    /* released: the program protects it itself now (its own mprotect): not ours */
+    if (s->released) { unlock_m(); return false; }
     /* open or done: another thread opened it meanwhile; it must be accessible */
     protect(page_of(c, s), PROT_READ | PROT_WRITE);
     if (s->late < 255) s->late++;
@@ -433,8 +429,7 @@ static void deliver(void) {
     bool has = c->has_verdict;
     ca_monitor_result_t r = c->r;
     c->state = CH_RETIRED;
-    c->retired_ms = _ca_clock_ms();
-    atomic_fetch_sub_explicit(&M.active, 1, ca_relaxed);
+    atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
     if (has) M.verdicts++;
     unlock_m();
     if (has && M.verdict != NULL) M.verdict(p, n, cookie, &r);
@@ -541,7 +536,7 @@ static void* thread_main(void* arg) {
       drain_rings();
       deliver();
       struct timespec ts = { 0, PMU_DRAIN_US * 1000 };
-      if (atomic_load_explicit(&M.active, ca_relaxed) != 0) nanosleep(&ts, NULL);
+      if (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0) nanosleep(&ts, NULL);
       else sleep_monitor(seq, 0);
       continue;
     }
@@ -552,7 +547,7 @@ static void* thread_main(void* arg) {
       nanosleep(&ts, NULL);
     } else {
       /* armed pages expire after EXPIRE_MS: look again before */
-      sleep_monitor(seq, atomic_load_explicit(&M.active, ca_relaxed) != 0 ? (uint64_t)EXPIRE_MS * 500000 : 0);
+      sleep_monitor(seq, atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0 ? (uint64_t)EXPIRE_MS * 500000 : 0);
     }
   }
   return NULL;
@@ -608,7 +603,8 @@ void _ca_monitor_init(ca_verdict_fn verdict) {
   pthread_once(&once, init_once);
 }
 
-bool _ca_monitor_active(void) { return atomic_load_explicit(&M.active, ca_relaxed) != 0; }
+_Atomic(int) _ca_sampled_chunks;             /* chunks in CH_ACTIVE or CH_VERDICT */
+bool _ca_monitor_active(void) { return atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0; }
 uint64_t _ca_monitor_cost_ns(void) { return atomic_load_explicit(&M.cost_ns, ca_relaxed); }
 
 /* what sampling one page has cost on average (a guess before the first) */
@@ -619,7 +615,7 @@ uint64_t _ca_monitor_page_cost_ns(void) {
 }
 
 bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
-  if (!M.trap_ok) return false;
+  if (!M.trap_ok || (!M.use_pmu && _ca_async_io())) return false;
   uintptr_t lo = ((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
   uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(CA_OS_PAGE - 1);
   if (hi <= lo) return false;
@@ -632,7 +628,7 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   mchunk_t* c = NULL;
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++) {
     mchunk_t* x = &M.chunks[i];
-    if (x->state == CH_FREE || (x->state == CH_RETIRED && now - x->retired_ms > RETIRE_MS)) c = x;
+    if (x->state == CH_FREE || x->state == CH_RETIRED) c = x;
   }
   if (c == NULL) { M.no_room++; unlock_m(); return false; }
   c->lo = lo; c->hi = hi; c->p = p; c->n = n; c->cookie = cookie;
@@ -642,7 +638,7 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   memset(&c->r, 0, sizeof c->r);
   c->has_verdict = false;
   c->traps = !M.use_pmu;
-  atomic_fetch_add_explicit(&M.active, 1, ca_relaxed);
+  atomic_fetch_add_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
   if (!c->traps) {                           /* judged by samples: nothing to protect */
     c->nsamples = 0;
     c->state = CH_ACTIVE;
@@ -675,7 +671,7 @@ static void lock_settled(void) {
 }
 
 void _ca_monitor_stop(void* p) {
-  if (atomic_load_explicit(&M.active, ca_relaxed) == 0) return;
+  if (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) == 0) return;
   lock_settled();
   mchunk_t* c = NULL;
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++)
@@ -701,6 +697,7 @@ static bool release_pages(uintptr_t lo, uintptr_t hi, bool locked, bool open) {
       if (pg < lo || pg >= hi || pg >= c->hi || c->s[j].state == PG_DONE) continue;
       if (!locked) { protect((void*)pg, PROT_READ | PROT_WRITE); continue; }
       finish_page(c, &c->s[j]);
+      c->s[j].released = true;
       M.released++;
     }
   }
@@ -708,7 +705,7 @@ static bool release_pages(uintptr_t lo, uintptr_t hi, bool locked, bool open) {
 }
 
 void _ca_monitor_release(const void* p, size_t len) {
-  if (atomic_load_explicit(&M.active, ca_relaxed) == 0 || len == 0) return;
+  if (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) == 0 || len == 0) return;
   uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1), hi = (uintptr_t)p + len;
   if (hi < lo) hi = UINTPTR_MAX;
   /* nested in this thread's own critical section (a signal handler's read()): open the pages,
@@ -721,8 +718,15 @@ void _ca_monitor_release(const void* p, size_t len) {
   unlock_m();
 }
 
+void _ca_monitor_stop_traps(void) {
+  if (!M.inited || M.use_pmu || atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) == 0 || holding) return;
+  lock_settled();
+  release_pages(0, UINTPTR_MAX, true, true);
+  unlock_m();
+}
+
 bool _ca_monitor_covers(uintptr_t a) {
-  if (atomic_load_explicit(&M.active, ca_relaxed) == 0) return false;
+  if (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) == 0) return false;
   for (int i = 0; i < MAX_CHUNKS; i++) {
     const mchunk_t* c = &M.chunks[i];
     if (c->state == CH_ACTIVE && c->traps && a >= c->lo && a < c->hi) return true;
@@ -736,6 +740,7 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_str(b, "\",\"pmu\":\"");
   ca_buf_str(b, M.use_pmu ? M.pmu.name : M.inited ? M.pmu.reason : "not probed");
   ca_buf_str(b, "\",\"trap\":");           ca_buf_str(b, M.trap_ok ? "true" : "false");
+  ca_buf_str(b, ",\"async_io\":");        ca_buf_str(b, _ca_async_io() ? "true" : "false");
   ca_buf_field_u64(b, "l2_bytes", M.l2);
   ca_buf_field_u64(b, "burst_us", BURST_US);
   ca_buf_field_u64(b, "expire_ms", EXPIRE_MS);

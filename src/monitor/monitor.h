@@ -36,6 +36,11 @@ void   _ca_monitor_stop(void* p);
    protection: make any sampled page in it accessible and stop sampling it. */
 void   _ca_monitor_release(const void* p, size_t len) __attribute__((access(none, 1)));
 bool   _ca_monitor_active(void);                    /* any chunk being sampled */
+extern _Atomic(int) _ca_sampled_chunks;             /* how many (a load for hot wrappers) */
+/* The process set up asynchronous kernel I/O (io_uring, aio: syscalls.c): every sampled page
+   is opened, and no chunk is sampled by page traps from now on. */
+void   _ca_monitor_stop_traps(void);
+bool   _ca_async_io(void);                          /* syscalls.c: that happened */
 uint64_t _ca_monitor_cost_ns(void);                 /* time spent protecting pages and in faults */
 uint64_t _ca_monitor_page_cost_ns(void);            /* of that, per sampled page (average) */
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */

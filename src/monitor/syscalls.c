@@ -24,11 +24,16 @@
      syscall() (every argument that points into a monitored chunk: the rest of that chunk);
    - the program changing its own memory: mprotect munmap madvise (a sampled page would
      otherwise be re-protected by the monitor after the program made it read-only, or vice
-     versa).
+     versa);
+   - stacks the kernel or a context switch runs on: sigaltstack pthread_attr_setstack
+     setcontext swapcontext; more vectors: preadv2 pwritev2 vmsplice process_vm_readv
+     process_vm_writev; exec arguments of any length;
+   - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
+     once a process sets it up (below).
    Not covered: system calls glibc makes internally on the program's memory from other
-   functions (e.g. execl's variadic arguments, io_uring submissions the kernel completes later,
-   aio): the monitor never samples chunks whose call site is in glibc, and such buffers in a
-   sampled page of a program's chunk would see EFAULT.
+   functions (e.g. execl's variadic arguments): the monitor never samples chunks whose call
+   site is in glibc, and such buffers in a sampled page of a program's chunk would see EFAULT;
+   another process reading ours (ptrace, a debugger).
 
    The real functions: glibc's public aliases where it has them (__read, __write, __pread64,
    __pwrite64, __send), else dlsym(RTLD_NEXT) on first use - never during allocator start-up. */
@@ -39,7 +44,9 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <aio.h>
 #include <poll.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,6 +58,16 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
+#include <sys/sysinfo.h>
+#include <sys/resource.h>
+#include <sys/times.h>
+#include <sys/vfs.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #define ca_export __attribute__((visibility("default")))
@@ -70,10 +87,17 @@ static inline bool watching(void) { return _ca_monitor_active() || _ca_protect_r
 
 
 static void release_iov(const struct iovec* iov, int cnt) {
-  if (!watching() || iov == NULL) return;
+  if (!watching() || iov == NULL || cnt <= 0) return;
+  release(iov, (size_t)cnt * sizeof *iov);                  /* the kernel reads the vector too */
   for (int i = 0; i < cnt; i++) release(iov[i].iov_base, iov[i].iov_len);
 }
-static void release_msg(const struct msghdr* m) { if (m != NULL) release_iov(m->msg_iov, (int)m->msg_iovlen); }
+static void release_msg(const struct msghdr* m) {
+  if (m == NULL || !watching()) return;
+  release(m, sizeof *m);
+  release_iov(m->msg_iov, (int)m->msg_iovlen);
+  release(m->msg_name, m->msg_namelen);
+  release(m->msg_control, m->msg_controllen);
+}
 
 /* the next definition of `name`, looked up once */
 #define NEXT(type, name) ((type)({ static _Atomic(void*) f_; void* f = atomic_load_explicit(&f_, ca_relaxed); \
@@ -82,8 +106,18 @@ static void release_msg(const struct msghdr* m) { if (m != NULL) release_iov(m->
 #define PATH_BYTES 4096                       /* PATH_MAX: a path is released whole */
 static inline void path(const char* p) { if (p != NULL) release(p, PATH_BYTES); }
 static inline void small(const void* p) { if (p != NULL) release(p, CA_OS_PAGE); }
+/* a string of any length: released page by page up to its NUL (an exec argument of 20000
+   bytes reached past PATH_MAX and the kernel read a sampled page: EFAULT) */
+static void string(const char* s) {
+  for (uintptr_t p = (uintptr_t)s; s != NULL;) {
+    uintptr_t end = (p & ~(uintptr_t)(CA_OS_PAGE - 1)) + CA_OS_PAGE;
+    release((const void*)p, end - p);
+    if (memchr((const void*)p, 0, end - p) != NULL) break;
+    p = end;
+  }
+}
 static void strings(char* const* v) {
-  for (size_t i = 0; v != NULL && i < 65536; i++) { release(&v[i], sizeof v[i]); if (v[i] == NULL) break; path(v[i]); }
+  for (size_t i = 0; v != NULL && i < 65536; i++) { release(&v[i], sizeof v[i]); if (v[i] == NULL) break; string(v[i]); }
 }
 /* a pointer-sized argument that may point into a monitored chunk: the rest of that chunk */
 static inline void maybe(uintptr_t a) { if (_ca_monitor_covers(a)) release((const void*)a, SIZE_MAX - a); }
@@ -268,6 +302,126 @@ WRAP(int, pipe, (int fds[2]), (fds), small(fds))
 WRAP(int, pipe2, (int fds[2], int fl), (fds, fl), small(fds))
 WRAP(int, socketpair, (int d, int t, int p, int sv[2]), (d, t, p, sv), small(sv))
 
+/* ---- stacks: the kernel writes signal frames onto an alternate stack, a context switch runs
+   on a stack the program allocated: no sampled page (or page being moved) may lie there ---- */
+WRAP(int, sigaltstack, (const stack_t* ss, stack_t* old), (ss, old), small(old); if (ss != NULL) release(ss->ss_sp, ss->ss_size))
+WRAP(int, pthread_attr_setstack, (pthread_attr_t* a, void* p, size_t n), (a, p, n), release(p, n))
+static void context(const ucontext_t* u) { if (u != NULL) { small(u); release(u->uc_stack.ss_sp, u->uc_stack.ss_size); } }
+WRAP(int, setcontext, (const ucontext_t* u), (u), context(u))
+WRAP(int, swapcontext, (ucontext_t* o, const ucontext_t* u), (o, u), small(o); context(u))
+
+/* ---- more vectors ------------------------------------------------------------------------- */
+typedef ssize_t (*piov2_fn)(int, const struct iovec*, int, off_t, int);
+ca_export ssize_t preadv2(int fd, const struct iovec* v, int c, off_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, preadv2)(fd, v, c, o, fl); }
+ca_export ssize_t pwritev2(int fd, const struct iovec* v, int c, off_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, pwritev2)(fd, v, c, o, fl); }
+WRAP(ssize_t, vmsplice, (int fd, const struct iovec* v, size_t c, unsigned fl), (fd, v, c, fl), release_iov(v, (int)c))
+/* the remote vector is ours too when the process names itself */
+#define VM_IOV(l, lc, r, rc, pid) release_iov(l, (int)(lc)); if ((pid) == getpid()) release_iov(r, (int)(rc))
+WRAP(ssize_t, process_vm_readv, (pid_t pid, const struct iovec* l, unsigned long lc, const struct iovec* r, unsigned long rc, unsigned long fl),
+     (pid, l, lc, r, rc, fl), VM_IOV(l, lc, r, rc, pid))
+WRAP(ssize_t, process_vm_writev, (pid_t pid, const struct iovec* l, unsigned long lc, const struct iovec* r, unsigned long rc, unsigned long fl),
+     (pid, l, lc, r, rc, fl), VM_IOV(l, lc, r, rc, pid))
+static void release_mmsg(const struct mmsghdr* m, unsigned n) {
+  if (m == NULL) return;
+  release(m, (size_t)n * sizeof *m);
+  for (unsigned i = 0; i < n; i++) release_msg(&m[i].msg_hdr);
+}
+WRAP(int, sendmmsg, (int fd, struct mmsghdr* m, unsigned n, int fl), (fd, m, n, fl), release_mmsg(m, n))
+WRAP(int, recvmmsg, (int fd, struct mmsghdr* m, unsigned n, int fl, struct timespec* t), (fd, m, n, fl, t), release_mmsg(m, n); small(t))
+
+/* ---- small structures the kernel fills ----------------------------------------------------- */
+WRAP(ssize_t, sendfile, (int o, int i, off_t* off, size_t n), (o, i, off, n), small(off))
+WRAP(ssize_t, sendfile64, (int o, int i, off64_t* off, size_t n), (o, i, off, n), small(off))
+WRAP(ssize_t, copy_file_range, (int i, off64_t* oi, int o, off64_t* oo, size_t n, unsigned fl), (i, oi, o, oo, n, fl), small(oi); small(oo))
+WRAP(ssize_t, splice, (int i, off64_t* oi, int o, off64_t* oo, size_t n, unsigned fl), (i, oi, o, oo, n, fl), small(oi); small(oo))
+WRAP(int, uname, (struct utsname* u), (u), release(u, sizeof *u))
+WRAP(int, sysinfo, (struct sysinfo* i), (i), small(i))
+WRAP(int, sched_getaffinity, (pid_t pid, size_t n, cpu_set_t* m), (pid, n, m), release(m, n))
+WRAP(int, sched_setaffinity, (pid_t pid, size_t n, const cpu_set_t* m), (pid, n, m), release(m, n))
+WRAP(int, getrusage, (int who, struct rusage* u), (who, u), small(u))
+WRAP(clock_t, times, (struct tms* t), (t), small(t))
+WRAP(int, getrlimit, (__rlimit_resource_t r, struct rlimit* l), (r, l), small(l))
+WRAP(int, setrlimit, (__rlimit_resource_t r, const struct rlimit* l), (r, l), small(l))
+WRAP(int, prlimit, (pid_t pid, __rlimit_resource_t r, const struct rlimit* n, struct rlimit* o), (pid, r, n, o), small(n); small(o))
+WRAP(int, statfs, (const char* p, struct statfs* b), (p, b), path(p); small(b))
+WRAP(int, fstatfs, (int fd, struct statfs* b), (fd, b), small(b))
+WRAP(int, statvfs, (const char* p, struct statvfs* b), (p, b), path(p); small(b))
+WRAP(int, fstatvfs, (int fd, struct statvfs* b), (fd, b), small(b))
+WRAP(pid_t, waitpid, (pid_t pid, int* st, int o), (pid, st, o), small(st))
+WRAP(pid_t, wait, (int* st), (st), small(st))
+WRAP(pid_t, wait4, (pid_t pid, int* st, int o, struct rusage* u), (pid, st, o, u), small(st); small(u))
+WRAP(int, waitid, (idtype_t t, id_t id, siginfo_t* i, int o), (t, id, i, o), small(i))
+WRAP(int, nanosleep, (const struct timespec* a, struct timespec* b), (a, b), small(a); small(b))
+WRAP(int, clock_nanosleep, (clockid_t c, int fl, const struct timespec* a, struct timespec* b), (c, fl, a, b), small(a); small(b))
+WRAP(int, getgroups, (int n, gid_t* g), (n, g), release(g, (size_t)(n > 0 ? n : 0) * sizeof *g))
+WRAP(int, getitimer, (__itimer_which_t w, struct itimerval* v), (w, v), small(v))
+WRAP(int, setitimer, (__itimer_which_t w, const struct itimerval* v, struct itimerval* o), (w, v, o), small(v); small(o))
+WRAP(int, sigpending, (sigset_t* s), (s), small(s))
+WRAP(int, sigtimedwait, (const sigset_t* s, siginfo_t* i, const struct timespec* t), (s, i, t), small(s); small(i); small(t))
+WRAP(int, sigwaitinfo, (const sigset_t* s, siginfo_t* i), (s, i), small(s); small(i))
+
+/* stdio functions that may hand a long string to write() directly (an unbuffered stream) */
+WRAP(int, fputs, (const char* p, FILE* f), (p, f), string(p))
+WRAP(int, fputs_unlocked, (const char* p, FILE* f), (p, f), string(p))
+WRAP(int, puts, (const char* p), (p), string(p))
+
+/* ---- futex words: a thread waiting on a mutex, condition, rwlock, barrier or semaphore has the
+   kernel read its word; on a sampled page that read fails and glibc aborts ("The futex facility
+   returned an unexpected error code": a mutex in a sampled chunk, 1 run in 8 of kernel_buffers
+   with every chunk monitored).  Only while a chunk is being sampled does this cost more than
+   one load. */
+static inline void word(const void* p, size_t n) {
+  if (ca_unlikely(atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0)) _ca_monitor_release(p, n);
+}
+#define SYNC(name, params, args, ...) \
+  ca_export int name params { __VA_ARGS__; return NEXT(int (*) params, name) args; }
+SYNC(pthread_mutex_lock, (pthread_mutex_t* m), (m), word(m, sizeof *m))
+SYNC(pthread_mutex_unlock, (pthread_mutex_t* m), (m), word(m, sizeof *m))
+SYNC(pthread_mutex_timedlock, (pthread_mutex_t* m, const struct timespec* t), (m, t), word(m, sizeof *m))
+SYNC(pthread_cond_wait, (pthread_cond_t* c, pthread_mutex_t* m), (c, m), word(c, sizeof *c); word(m, sizeof *m))
+SYNC(pthread_cond_timedwait, (pthread_cond_t* c, pthread_mutex_t* m, const struct timespec* t), (c, m, t), word(c, sizeof *c); word(m, sizeof *m))
+SYNC(pthread_cond_signal, (pthread_cond_t* c), (c), word(c, sizeof *c))
+SYNC(pthread_cond_broadcast, (pthread_cond_t* c), (c), word(c, sizeof *c))
+SYNC(pthread_rwlock_rdlock, (pthread_rwlock_t* l), (l), word(l, sizeof *l))
+SYNC(pthread_rwlock_wrlock, (pthread_rwlock_t* l), (l), word(l, sizeof *l))
+SYNC(pthread_rwlock_unlock, (pthread_rwlock_t* l), (l), word(l, sizeof *l))
+SYNC(pthread_barrier_wait, (pthread_barrier_t* b), (b), word(b, sizeof *b))
+SYNC(sem_wait, (sem_t* s), (s), word(s, sizeof *s))
+SYNC(sem_timedwait, (sem_t* s, const struct timespec* t), (s, t), word(s, sizeof *s))
+SYNC(sem_post, (sem_t* s), (s), word(s, sizeof *s))
+
+/* ---- asynchronous kernel I/O --------------------------------------------------------------
+   io_uring and Linux aio let the kernel read and write the program's buffers after the call
+   that named them has returned, where no interposed call can open them first (a raw io_uring
+   read into a sampled page came back short, 4096 of 65536 bytes); glibc's POSIX aio does the
+   I/O from threads of its own through internal calls.  A process that sets any of them up gets
+   no more traps: sampled pages are opened and dropped, protection records and moves nothing
+   more, no chunk is switched (statistics: monitor.async_io).  Seen through syscall(), libaio,
+   liburing's shared library and glibc's aio_*; a program that makes the system call by itself
+   (liburing linked statically) is not seen. */
+static _Atomic(bool) async_io;
+bool _ca_async_io(void) { return atomic_load_explicit(&async_io, ca_relaxed); }
+static void async_io_begins(void) {
+  if (atomic_exchange_explicit(&async_io, true, ca_acq_rel)) return;
+  _ca_monitor_stop_traps();
+  _ca_protect_stop();
+}
+#define ASYNC(ret, name, params, args) \
+  ca_export ret name params { async_io_begins(); ret (*f_) params = NEXT(ret (*) params, name); return f_ != NULL ? f_ args : -ENOSYS; }
+ASYNC(int, io_setup, (unsigned n, void** ctx), (n, ctx))
+ASYNC(int, io_queue_init, (int n, void** ctx), (n, ctx))
+ASYNC(int, io_uring_setup, (unsigned n, void* params), (n, params))
+ASYNC(int, io_uring_queue_init, (unsigned n, void* ring, unsigned fl), (n, ring, fl))
+ASYNC(int, io_uring_queue_init_params, (unsigned n, void* ring, void* params), (n, ring, params))
+#define POSIX_AIO(name, params, args) \
+  ca_export int name params { async_io_begins(); return NEXT(int (*) params, name) args; }
+POSIX_AIO(aio_read, (struct aiocb* cb), (cb))
+POSIX_AIO(aio_write, (struct aiocb* cb), (cb))
+POSIX_AIO(aio_read64, (struct aiocb64* cb), (cb))
+POSIX_AIO(aio_write64, (struct aiocb64* cb), (cb))
+POSIX_AIO(lio_listio, (int mode, struct aiocb* const list[], int n, struct sigevent* sev), (mode, list, n, sev))
+POSIX_AIO(lio_listio64, (int mode, struct aiocb64* const list[], int n, struct sigevent* sev), (mode, list, n, sev))
+
 /* ioctl and syscall() say nothing of their arguments: every one that points into a monitored
    chunk releases the rest of that chunk */
 ca_export int ioctl(int fd, unsigned long req, ...) {
@@ -285,6 +439,7 @@ ca_export long syscall(long nr, ...) {
   long a[6];
   for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
   va_end(ap);
+  if (nr == SYS_io_setup || nr == SYS_io_uring_setup) async_io_begins();
   for (int i = 0; i < 6; i++) maybe((uintptr_t)a[i]);
   long r = _ca_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
   if (r < 0 && r > -4096) { errno = (int)-r; return -1; }

@@ -6,7 +6,8 @@
      1. context: sites.c names it from the call site or the size, else by a stack scan.
      2. prediction: restrictive only when the context's last two monitored chunks were
         polluters; a first chunk, unknown or mixed evidence -> open.
-     3. sampling: a context monitors its next chunk when its countdown runs out; the skip
+     3. sampling (chunks of at least the L2's size: a smaller one is always judged normal,
+        so its pages are never trapped): a context monitors its next chunk when its countdown runs out; the skip
         interval doubles after a correct prediction (up to SKIP_MAX) and falls back to 0 after
         a wrong one.  A monitored chunk is a large object (own pages) given its predicted
         mapping; the monitor (monitor/monitor.c) samples it and hands back a verdict.  A
@@ -78,6 +79,7 @@ static struct {
   int               restrict_id, open_id;     /* colour sets: 0 = not yet, -1 = unavailable */
   bool              monitor_ready;
   uint64_t          start_ns, budget_pm;
+  size_t            judged_min;               /* bytes: smaller chunks are not monitored (the L2) */
   char              off_reason[96];
   _Atomic(uint64_t) chunks, monitored, restrictive, switches, lost, over_budget, alloc_cost_ns;
   _Atomic(uint64_t) next_ok_ms[4];            /* the budget allows nothing before (coarse clock),
@@ -256,7 +258,7 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
   ca_mapping_t target = r->polluter && d == CA_MAP_RESTRICTIVE ? CA_MAP_RESTRICTIVE : CA_MAP_OPEN;
   _ca_lock(&NW.lock);
   bool live = NW.watched[cookie].p == p && !NW.watched[cookie].freeing;
-  bool sw = live && target != w.predicted && _ca_clock_ms() - w.born_ms >= SWITCH_AGE_MS &&
+  bool sw = live && target != w.predicted && _ca_clock_ms() - w.born_ms >= SWITCH_AGE_MS && !_ca_async_io() &&
             NW.restrict_id > 0 && _ca_colour_state() == CA_COLOURS_READY;
   if (sw) atomic_store_explicit(&NW.switching, p, ca_release);
   if (live) unwatch((int)cookie);
@@ -302,7 +304,12 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
     if (m == CA_MAP_RESTRICTIVE) { bump(&c->restrictive, 1); bump(&NW.restrictive, 1); }
     /* glibc fills its own buffers (stdio, directory streams) through internal system calls
        that cannot be interposed: a sampled page there would make them fail with EFAULT */
-    bool watch = NW.monitor_all || (_ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
+    /* a chunk smaller than the L2 cannot stream more than the L2 by itself: the pair rule judges
+       it normal whatever it does (monitor.c), and its context stays open, as a normal verdict
+       would leave it.  So it is not monitored: its pages never trap.  (Traps in chunks of
+       every size met futex words, signal stacks and kernel buffers: docs/nightwatch.md.) */
+    bool watch = NW.monitor_all || (n >= NW.judged_min && _ca_nw_should_monitor(ctx) &&
+                                    atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
     if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(n, _ca_nw_budget_halves(ctx))) {
       if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
       p = place_monitored(ctx, n, zero, m, flavour);
@@ -351,6 +358,8 @@ static bool under_valgrind(void) {
 void _ca_nightwatch_init(void) {
   NW.monitor_all = _ca_opt(CA_OPT_NIGHTWATCH_MONITOR) != 0;
   NW.budget_pm = (uint64_t)_ca_opt(CA_OPT_NIGHTWATCH_BUDGET);
+  NW.judged_min = 1u << 20;
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) NW.judged_min = _ca_machine.levels[i].size;
   bool traps = NW.budget_pm > 0 || NW.monitor_all;
   NW.on = _ca_opt(CA_OPT_NIGHTWATCH) != 0 && _ca_opt(CA_OPT_COLOURS) != 0 && !(traps && under_valgrind());
   NW.protect = _ca_opt(CA_OPT_NIGHTWATCH_PROTECT) != 0;

@@ -2,7 +2,8 @@
 # Real-program tests for chromalloc: runs python3 (tests/programs/alloc_heavy.py), the sqlite3
 # CLI (sqlite_workload.sql), git (git_workload.sh), gcc (cc_workload.sh: cc1 compiling five of
 # our own sources, then a small program built and run), xz (xz_workload.sh: two threads with
-# every signal blocked) and a C++ program (cxx_containers.cpp,
+# every signal blocked), kernel_buffers (kernel_buffers.c, built here with gcc: system calls,
+# stacks and signals on malloc'd memory) and a C++ program (cxx_containers.cpp,
 # compiled here with g++) twice each -- once with no preload as the reference and once with
 # LD_PRELOAD=LIB -- and checks that both runs exit with status 0, that their stdout and stderr
 # are identical, and that stdout also equals the expected output embedded further down in this
@@ -13,7 +14,7 @@
 # with a clean environment (env -i, LC_ALL=C, TZ=UTC, HOME inside the temporary directory,
 # fixed seeds, dates and identities), so the outputs are deterministic.
 #
-# Usage: tests/programs/run.sh LIB [PROGRAM...]    PROGRAM: python3 sqlite3 git cc xz cxx (default all)
+# Usage: tests/programs/run.sh LIB [PROGRAM...]    PROGRAM: python3 sqlite3 git cc xz kbuf cxx (default all)
 # Environment: BUILD_DIR=dir  compile cxx_containers into dir (reused while newer than the source)
 #              CHROMALLOC_CHECK_STATS=1  also set CHROMALLOC_STATS=<tmp>/<name>.json for the
 #                  preloaded run and check that the file exists and mentions "chromalloc"
@@ -35,9 +36,9 @@ LIB=$1
 shift
 [[ $LIB == /* ]] || LIB=$PWD/$LIB
 PROGRAMS=("$@")
-[[ ${#PROGRAMS[@]} -gt 0 ]] || PROGRAMS=(python3 sqlite3 git cc xz cxx)
+[[ ${#PROGRAMS[@]} -gt 0 ]] || PROGRAMS=(python3 sqlite3 git cc xz kbuf cxx)
 for p in "${PROGRAMS[@]}"; do
-  case $p in python3 | sqlite3 | git | cc | xz | cxx) ;; *) echo "run.sh: unknown program '$p' (python3 sqlite3 git cc xz cxx)" >&2; exit 2 ;; esac
+  case $p in python3 | sqlite3 | git | cc | xz | kbuf | cxx) ;; *) echo "run.sh: unknown program '$p' (python3 sqlite3 git cc xz kbuf cxx)" >&2; exit 2 ;; esac
 done
 
 # The programs come from Debian packages, which install into /usr/bin; the runs see only these.
@@ -210,6 +211,24 @@ test_xz() {
   run_both xz "$start" expected_xz bash "$HERE/xz_workload.sh"
 }
 
+test_kbuf() {
+  local start
+  start=$(now_us)
+  need kbuf gcc gcc || return 0
+  local src=$HERE/kernel_buffers.c dir=${BUILD_DIR:-$WORK/build}
+  mkdir -p "$dir" "$WORK/kbuf"
+  dir=$(cd "$dir" && pwd)
+  local bin=$dir/kernel_buffers
+  if [[ ! -x $bin || $src -nt $bin ]]; then
+    if ! env -i PATH="$TOOL_PATH" LC_ALL=C gcc -O2 -g -pthread -o "$bin.tmp" "$src" >"$WORK/kbuf/build.log" 2>&1; then
+      fail kbuf "gcc -O2 -pthread $src failed:" "$WORK/kbuf/build.log"
+      return 0
+    fi
+    mv -f "$bin.tmp" "$bin"
+  fi
+  run_both kbuf "$start" expected_kbuf "$bin"
+}
+
 test_cxx() {
   local start
   start=$(now_us)
@@ -264,6 +283,23 @@ expected_xz() {
 33d156231016b14e8836bae16e5f6cff  -
 33d156231016b14e8836bae16e5f6cff  -
 ok
+EOF
+}
+
+expected_kbuf() {
+  cat <<'EOF'
+misc: dents ok, readdir ok
+misc done
+futex ok
+stacks ok
+ucontext ok
+altstack ok
+mprotect ok
+realloc ok
+proc ok
+stdio ok 19446400
+aio ok
+all: checksum d8bdac3292aedb80 fails 0
 EOF
 }
 
