@@ -3,7 +3,7 @@
 # CLI (sqlite_workload.sql), git (git_workload.sh), gcc (cc_workload.sh: cc1 compiling five of
 # our own sources, then a small program built and run), xz (xz_workload.sh: two threads with
 # every signal blocked), kernel_buffers (kernel_buffers.c, built here with gcc: system calls,
-# stacks and signals on malloc'd memory) and a C++ program (cxx_containers.cpp,
+# stacks and signals on malloc'd memory; built with _FILE_OFFSET_BITS=64, as distributions build) and a C++ program (cxx_containers.cpp,
 # compiled here with g++) twice each -- once with no preload as the reference and once with
 # LD_PRELOAD=LIB -- and checks that both runs exit with status 0, that their stdout and stderr
 # are identical, and that stdout also equals the expected output embedded further down in this
@@ -219,8 +219,8 @@ test_kbuf() {
   mkdir -p "$dir" "$WORK/kbuf"
   dir=$(cd "$dir" && pwd)
   local bin=$dir/kernel_buffers
-  if [[ ! -x $bin || $src -nt $bin ]]; then
-    if ! env -i PATH="$TOOL_PATH" LC_ALL=C gcc -O2 -g -pthread -o "$bin.tmp" "$src" >"$WORK/kbuf/build.log" 2>&1; then
+  if [[ ! -x $bin || $src -nt $bin || $0 -nt $bin ]]; then
+    if ! env -i PATH="$TOOL_PATH" LC_ALL=C gcc -O2 -g -pthread -D_FILE_OFFSET_BITS=64 -o "$bin.tmp" "$src" >"$WORK/kbuf/build.log" 2>&1; then
       fail kbuf "gcc -O2 -pthread $src failed:" "$WORK/kbuf/build.log"
       return 0
     fi
