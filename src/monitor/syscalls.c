@@ -26,7 +26,8 @@
      otherwise be re-protected by the monitor after the program made it read-only, or vice
      versa);
    - stacks the kernel or a context switch runs on: sigaltstack pthread_attr_setstack
-     setcontext swapcontext; more vectors: preadv2 pwritev2 vmsplice process_vm_readv
+     setcontext swapcontext; more vectors: preadv2 pwritev2 (and the _FILE_OFFSET_BITS=64 names:
+     preadv64 pwritev64 preadv64v2 pwritev64v2, statfs64, rlimit64...) vmsplice process_vm_readv
      process_vm_writev; exec arguments of any length;
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
