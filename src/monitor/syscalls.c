@@ -29,12 +29,16 @@
      setcontext swapcontext; more vectors: preadv2 pwritev2 (and the _FILE_OFFSET_BITS=64 names:
      preadv64 pwritev64 preadv64v2 pwritev64v2, statfs64, rlimit64...) vmsplice process_vm_readv
      process_vm_writev; exec arguments of any length;
+   - getentropy epoll_ctl msgsnd msgrcv eventfd_read signalfd timerfd_settime/gettime wait3
+     sigsuspend, the fortified __poll_chk __ppoll_chk __pread_chk __fread_unlocked_chk,
+     freopen64; commands of system and popen; execl execlp execle (their vector is built here
+     and goes through execve/execvp);
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
    Not covered: system calls glibc makes internally on the program's memory from other
-   functions (e.g. execl's variadic arguments): the monitor never samples chunks whose call
-   site is in glibc, and such buffers in a sampled page of a program's chunk would see EFAULT;
-   another process reading ours (ptrace, a debugger).
+   functions (the printf family writing a long %s straight from the caller's string): the
+   monitor never samples chunks whose call site is in glibc, and such buffers in a sampled page
+   of a program's chunk would see EFAULT; another process reading ours (ptrace, a debugger).
 
    The real functions: glibc's public aliases where it has them (__read, __write, __pread64,
    __pwrite64, __send), else dlsym(RTLD_NEXT) on first use - never during allocator start-up. */
@@ -52,6 +56,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/msg.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -374,6 +382,57 @@ WRAP(int, setitimer, (__itimer_which_t w, const struct itimerval* v, struct itim
 WRAP(int, sigpending, (sigset_t* s), (s), small(s))
 WRAP(int, sigtimedwait, (const sigset_t* s, siginfo_t* i, const struct timespec* t), (s, i, t), small(s); small(i); small(t))
 WRAP(int, sigwaitinfo, (const sigset_t* s, siginfo_t* i), (s, i), small(s); small(i))
+
+WRAP(int, getentropy, (void* b, size_t n), (b, n), release(b, n))
+WRAP(int, epoll_ctl, (int ep, int op, int fd, struct epoll_event* e), (ep, op, fd, e), small(e))
+WRAP(int, msgsnd, (int id, const void* p, size_t n, int fl), (id, p, n, fl), release(p, n + sizeof(long)))
+WRAP(ssize_t, msgrcv, (int id, void* p, size_t n, long t, int fl), (id, p, n, t, fl), release(p, n + sizeof(long)))
+WRAP(int, __poll_chk, (struct pollfd* f, nfds_t n, int t, size_t fl), (f, n, t, fl), release(f, n * sizeof *f))
+WRAP(int, __ppoll_chk, (struct pollfd* f, nfds_t n, const struct timespec* t, const sigset_t* m, size_t fl), (f, n, t, m, fl),
+     release(f, n * sizeof *f); small(t); small(m))
+WRAP(ssize_t, __pread_chk, (int fd, void* b, size_t n, off_t o, size_t bl), (fd, b, n, o, bl), release(b, n))
+WRAP(size_t, __fread_unlocked_chk, (void* p, size_t bs, size_t s, size_t c, FILE* f), (p, bs, s, c, f), release(p, bytes_of(s, c)))
+WRAP(FILE*, freopen64, (const char* p, const char* m, FILE* f), (p, m, f), path(p))
+WRAP(int, eventfd_read, (int fd, eventfd_t* v), (fd, v), small(v))
+WRAP(pid_t, wait3, (int* st, int o, struct rusage* u), (st, o, u), small(st); small(u))
+WRAP(int, signalfd, (int fd, const sigset_t* m, int fl), (fd, m, fl), small(m))
+WRAP(int, timerfd_settime, (int fd, int fl, const struct itimerspec* n, struct itimerspec* o), (fd, fl, n, o), small(n); small(o))
+WRAP(int, timerfd_gettime, (int fd, struct itimerspec* v), (fd, v), small(v))
+WRAP(int, sigsuspend, (const sigset_t* m), (m), small(m))
+
+/* commands: glibc runs them through its internal posix_spawn */
+WRAP(int, system, (const char* c), (c), string(c))
+WRAP(FILE*, popen, (const char* c, const char* m), (c, m), string(c); small(m))
+
+/* execl and friends build their vector and call glibc's internal execve: build it here (on
+   the stack, as glibc does) and go through the interposed execve/execvp, which release every
+   string */
+#define ARGV(v, first, ap) \
+  va_list n_; va_copy(n_, ap); size_t count_ = 1; while (va_arg(n_, char*) != NULL) count_++; va_end(n_); \
+  char* v[count_ + 1];                           /* `first` (glibc declares it non-null) and the rest */ \
+  for (size_t i_ = 0; i_ < count_; i_++) v[i_] = i_ == 0 ? (char*)(first) : va_arg(ap, char*); \
+  v[count_] = NULL; \
+  (void)va_arg(ap, char*)                        /* the NULL: execle's environment follows it */
+ca_export int execl(const char* p, const char* a, ...) {
+  va_list ap; va_start(ap, a);
+  ARGV(v, a, ap);
+  va_end(ap);
+  extern char** environ;
+  return execve(p, v, environ);
+}
+ca_export int execlp(const char* f, const char* a, ...) {
+  va_list ap; va_start(ap, a);
+  ARGV(v, a, ap);
+  va_end(ap);
+  return execvp(f, v);
+}
+ca_export int execle(const char* p, const char* a, ...) {
+  va_list ap; va_start(ap, a);
+  ARGV(v, a, ap);
+  char* const* env = va_arg(ap, char* const*);
+  va_end(ap);
+  return execve(p, v, env);
+}
 
 /* stdio functions that may hand a long string to write() directly (an unbuffered stream) */
 WRAP(int, fputs, (const char* p, FILE* f), (p, f), string(p))

@@ -4,7 +4,8 @@
    rusage, rlimits, wait status...), futexes in big chunks, thread stacks, makecontext stacks
    and alternate signal stacks in malloc'd memory, the program's own mprotect on its heap,
    realloc chains, fork/vfork/posix_spawn/exec with arguments of 20-100 KB, stdio writing long
-   strings, Linux aio and io_uring.  Every buffer is filled and verified; the output is a line
+   strings, Linux aio and io_uring, getentropy/epoll_ctl/system/popen/execl (libc reaching the
+   kernel internally).  Every buffer is filled and verified; the output is a line
    per part and a checksum of the data.  Written during a crash hunt (2026-11-25) that found
    each of these failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps.
    Usage: kernel_buffers [part] (default all; not included: ptrace of a child, whose sampled
@@ -26,6 +27,7 @@
 #include <poll.h>
 #include <dirent.h>
 #include <sys/uio.h>
+#include <sys/random.h>
 #include <semaphore.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -476,6 +478,46 @@ static void t_aio(void) {
   printf("aio ok\n");
 }
 
+/* ---------- libc functions that reach the kernel internally ---------- */
+/* a sampled page touched just now is open for its burst; a few ms later it is protected again,
+   which is when the kernel must not meet it */
+static void settle(void) { usleep(3000); }
+static void t_libc(const char* self) {
+  for (unsigned k = 0; k < 3; k++) {
+    size_t n = SZ[k] + 4096;
+    unsigned char* b = big(n, k);
+    memset(b + 100, 0, 256);
+    settle();
+    CHECK(getentropy(b + 100, 256) == 0, "getentropy %zu", n);
+    int zeros = 0; for (int i = 0; i < 256; i++) zeros += b[100 + i] == 0;
+    CHECK(zeros < 64, "getentropy left %d zero bytes", zeros);
+    int ep = epoll_create1(0), p[2]; CHECK(ep >= 0 && pipe(p) == 0, "epoll_create1/pipe");
+    struct epoll_event* ev = (struct epoll_event*)(b + n / 2);
+    ev->events = EPOLLIN; ev->data.u64 = 77 + k;
+    settle();
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], ev) == 0, "epoll_ctl %zu", n);
+    CHECK(write(p[1], "x", 1) == 1, "write");
+    struct epoll_event* got = (struct epoll_event*)(b + n - 64);
+    CHECK(epoll_wait(ep, got, 1, 1000) == 1 && got->data.u64 == 77 + k, "epoll_wait %zu", n);
+    close(ep); close(p[0]); close(p[1]);
+    char* cmd = (char*)b + 8; strcpy(cmd, "exit 3");
+    settle();
+    int st = system(cmd); CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3, "system %zu st=%x", n, st);
+    strcpy(cmd, "echo popen-ok");
+    settle();
+    FILE* f = popen(cmd, "r"); char line[64] = "";
+    CHECK(f != NULL && fgets(line, sizeof line, f) != NULL && strcmp(line, "popen-ok\n") == 0, "popen %zu", n);
+    if (f) pclose(f);
+    char* arg = (char*)b + n / 3; memset(arg, 'a' + k, 6000); arg[6000] = 0;
+    settle();
+    pid_t c = fork();
+    if (c == 0) { execl(self, self, "child", arg, (char*)NULL); _exit(100 + errno); }
+    waitpid(c, &st, 0); CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "execl %zu st=%d", n, WEXITSTATUS(st));
+    free(b);
+  }
+  printf("libc ok\n");
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "child") == 0) {
@@ -489,7 +531,7 @@ int main(int argc, char** argv) {
   RUN("iov", t_iov()); RUN("sock", t_sock()); RUN("kcopy", t_kernel_copy()); RUN("misc", t_misc());
   RUN("futex", t_futex()); RUN("stacks", t_stacks()); RUN("ucontext", t_ucontext()); RUN("altstack", t_altstack());
   RUN("mprotect", t_mprotect()); RUN("realloc", t_realloc()); RUN("proc", t_proc(argv[0]));
-  RUN("stdio", t_stdio()); RUN("aio", t_aio());
+  RUN("stdio", t_stdio()); RUN("aio", t_aio()); RUN("libc", t_libc(argv[0]));
   printf("%s: checksum %016llx fails %d\n", w, (unsigned long long)ck, fails);
   return fails ? 1 : 0;
 }

@@ -299,6 +299,7 @@ realloc ok
 proc ok
 stdio ok 19446400
 aio ok
+libc ok
 all: checksum d8bdac3292aedb80 fails 0
 EOF
 }
