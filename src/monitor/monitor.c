@@ -73,7 +73,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CHUNKS     128         /* chunks monitored or recently retired */
+#define MAX_CHUNKS     128         /* chunks being sampled or awaiting delivery of their verdict */
 #define MAX_SAMPLES    64          /* pages sampled per chunk at most: 2 pairs each, enough to converge */
 #define PAIRS_PER_PAGE 2
 #define MIN_EVIDENCE   8
@@ -89,7 +89,7 @@
 #define PMU_DRAIN_US   1000        /* the monitor thread drains the rings this often */
 
 enum { PG_ARMED_FIRST, PG_OPEN, PG_ARMED, PG_DONE };
-enum { CH_FREE, CH_ACTIVE, CH_VERDICT, CH_RETIRED };
+enum { CH_FREE, CH_ACTIVE, CH_VERDICT };
 
 typedef struct sample_s {
   uint32_t index;        /* page index within the chunk's whole pages */
@@ -236,15 +236,15 @@ static sample_t* sample_at(mchunk_t* c, uintptr_t a) {
 
 static void* page_of(const mchunk_t* c, const sample_t* s) { return (void*)(c->lo + (uintptr_t)s->index * CA_OS_PAGE); }
 
-/* The sample of page a in a chunk being sampled or judged, or NULL: not ours.  A retired
-   chunk's pages were all opened when it was judged, so a fault there raced with its end (or the
+/* The sample of page a in a chunk being sampled or judged, or NULL: not ours.  A delivered
+   (freed) chunk's pages were all opened when it was judged, so a fault there raced with its end (or the
    memory is someone else's now, protected by the program itself): the handler retries it once
-   (trap.c) and then passes it on, never opens it (a retired chunk's page forced open broke a
+   (trap.c) and then passes it on, never opens it (a freed chunk's page forced open broke a
    program's own mprotect on a new block at the same address). */
 static sample_t* sample_of(uintptr_t a, mchunk_t** out) {
   for (int i = 0; i < MAX_CHUNKS; i++) {
     mchunk_t* c = &M.chunks[i];
-    if (c->state == CH_FREE || c->state == CH_RETIRED || a < c->lo || a >= c->hi) continue;
+    if (c->state == CH_FREE || a < c->lo || a >= c->hi) continue;
     sample_t* s = sample_at(c, a);
     if (s != NULL) { *out = c; return s; }
   }
@@ -428,7 +428,7 @@ static void deliver(void) {
     void* p = c->p; size_t n = c->n; uint64_t cookie = c->cookie;
     bool has = c->has_verdict;
     ca_monitor_result_t r = c->r;
-    c->state = CH_RETIRED;
+    c->state = CH_FREE;
     atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
     if (has) M.verdicts++;
     unlock_m();
@@ -628,7 +628,7 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   mchunk_t* c = NULL;
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++) {
     mchunk_t* x = &M.chunks[i];
-    if (x->state == CH_FREE || x->state == CH_RETIRED) c = x;
+    if (x->state == CH_FREE) c = x;
   }
   if (c == NULL) { M.no_room++; unlock_m(); return false; }
   c->lo = lo; c->hi = hi; c->p = p; c->n = n; c->cookie = cookie;

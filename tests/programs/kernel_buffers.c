@@ -526,7 +526,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   const char* w = argc > 1 ? argv[1] : "all";
-  if (getenv("WARM")) { struct timespec a, b; clock_gettime(CLOCK_MONOTONIC, &a); volatile unsigned long x = 0; do { for (int i = 0; i < 1000000; i++) x += i; clock_gettime(CLOCK_MONOTONIC, &b); } while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < atoi(getenv("WARM"))); }
 #define RUN(name, call) if (!strcmp(w, "all") || !strcmp(w, name)) { call; }
   RUN("iov", t_iov()); RUN("sock", t_sock()); RUN("kcopy", t_kernel_copy()); RUN("misc", t_misc());
   RUN("futex", t_futex()); RUN("stacks", t_stacks()); RUN("ucontext", t_ucontext()); RUN("altstack", t_altstack());

@@ -211,21 +211,30 @@ test_xz() {
   run_both xz "$start" expected_xz bash "$HERE/xz_workload.sh"
 }
 
+# build_prog NAME SRC BIN COMPILER FLAGS...: compile SRC into BIN (kept while newer than SRC and
+# this script); prints the FAIL line and returns 1 when the compiler fails.
+build_prog() {
+  local name=$1 src=$2 bin=$3
+  shift 3
+  [[ ! -x $bin || $src -nt $bin || $0 -nt $bin ]] || return 0
+  mkdir -p "$WORK/$name"
+  if ! env -i PATH="$TOOL_PATH" LC_ALL=C "$@" -o "$bin.tmp" "$src" >"$WORK/$name/build.log" 2>&1; then
+    fail "$name" "$* $src failed:" "$WORK/$name/build.log"
+    return 1
+  fi
+  mv -f "$bin.tmp" "$bin"
+}
+
+# the directory compiled programs go to
+prog_dir() { local dir=${BUILD_DIR:-$WORK/build}; mkdir -p "$dir"; (cd "$dir" && pwd); }
+
 test_kbuf() {
   local start
   start=$(now_us)
   need kbuf gcc gcc || return 0
-  local src=$HERE/kernel_buffers.c dir=${BUILD_DIR:-$WORK/build}
-  mkdir -p "$dir" "$WORK/kbuf"
-  dir=$(cd "$dir" && pwd)
-  local bin=$dir/kernel_buffers
-  if [[ ! -x $bin || $src -nt $bin || $0 -nt $bin ]]; then
-    if ! env -i PATH="$TOOL_PATH" LC_ALL=C gcc -O2 -g -pthread -D_FILE_OFFSET_BITS=64 -o "$bin.tmp" "$src" >"$WORK/kbuf/build.log" 2>&1; then
-      fail kbuf "gcc -O2 -pthread $src failed:" "$WORK/kbuf/build.log"
-      return 0
-    fi
-    mv -f "$bin.tmp" "$bin"
-  fi
+  local bin
+  bin=$(prog_dir)/kernel_buffers
+  build_prog kbuf "$HERE/kernel_buffers.c" "$bin" gcc -O2 -g -pthread -D_FILE_OFFSET_BITS=64 || return 0
   run_both kbuf "$start" expected_kbuf "$bin"
 }
 
@@ -233,19 +242,9 @@ test_cxx() {
   local start
   start=$(now_us)
   need cxx g++ g++ || return 0
-  local src=$HERE/cxx_containers.cpp dir=${BUILD_DIR:-$WORK/build}
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
-  local bin=$dir/cxx_containers
-  if [[ ! -x $bin || $src -nt $bin || $0 -nt $bin ]]; then
-    mkdir -p "$WORK/cxx"
-    if ! env -i PATH="$TOOL_PATH" LC_ALL=C g++ -O2 -std=c++17 -pthread -o "$bin.tmp" "$src" \
-        >"$WORK/cxx/build.log" 2>&1; then
-      fail cxx "g++ -O2 -std=c++17 -pthread $src failed:" "$WORK/cxx/build.log"
-      return 0
-    fi
-    mv -f "$bin.tmp" "$bin"
-  fi
+  local bin
+  bin=$(prog_dir)/cxx_containers
+  build_prog cxx "$HERE/cxx_containers.cpp" "$bin" g++ -O2 -std=c++17 -pthread || return 0
   run_both cxx "$start" expected_cxx "$bin"
 }
 
