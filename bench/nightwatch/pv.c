@@ -1,11 +1,11 @@
 /* pv: polluter/victim workloads for the NightWatch policy (bench/nightwatch.py).
    A *victim* is hot data (a structure looked up again and again, small enough for the L2); a
-   *polluter* is a chunk (>= 4 KiB) whose data is streamed once.  NightWatch learns from the
-   allocation context (call stack) of a chunk whether it is a polluter and gives new chunks of
-   polluter contexts pages of 1/8 of the L2 colours, so that streaming them evicts little of the
-   victim.  Every victim phase is a dependent chase (each lookup needs the previous one's
-   result), timed on its own with clock_gettime, so that its ns per lookup shows whether the
-   victim's lines were still in the L2.
+   *polluter* is a chunk (>= 4 KiB; in messages many small ones from one context) whose data is
+   streamed once.  NightWatch learns from the allocation context (call stack) of a chunk whether
+   it is a polluter and gives new chunks of polluter contexts pages of 1/8 of the L2 colours, so
+   that streaming them evicts little of the victim.  Every victim phase is a dependent chase
+   (each lookup needs the previous one's result), timed on its own with clock_gettime, so that
+   its ns per lookup shows whether the victim's lines were still in the L2.
 
    Usage: pv WORKLOAD [--key=value ...] [--no-polluter]
      frames    one victim array of 64-byte nodes (--victim-kib, default 192), allocated once;
@@ -18,6 +18,11 @@
                req_alloc(), from two call sites and streamed once, and a 32 KiB session scratch
                from a third call site of the same wrapper is reused heavily (8 passes); then one
                lap of chained lookups in the index (each key once) is timed.
+     messages  small-chunk pollution: the index of requests (--victim-kib of nodes, default 128)
+               as the victim; per frame (--frames, 1500) 2 KiB messages, --buf-kib of them in all
+               (default 1536: 768 messages, 3x the L2), each malloc'd by msg_alloc() from one call
+               site and written fully, then all read once (summed); then one lap of chained
+               lookups in the index is timed, and the messages are freed at the end of the frame.
      neutral   no polluter: per iteration (--frames, 2400) four 32 KiB work buffers reused over
                8 passes, plus 32 scratch chunks of 8 KiB each written and read 4 times; the
                passes over the work buffers are the timed phase (ns per 64-byte line).
@@ -29,24 +34,27 @@
      victim    co-running: frames' victim alone (--victim-kib, default 1024 here: beyond the L2,
                inside what the shared L3 holds for us) for --seconds.
    Sizes scale with the L2 of the machine (sysfs): the defaults above are for an L2 of 512 KiB,
-   and every size is multiplied by L2 / 512 KiB (counts stay), so that the
-   victim fits the L2 and the polluter does not wherever this runs (2 MiB L2: frames' victim
-   768 KiB, buffer 6 MiB).  On the first machine (512 KiB, 8 ways, shared with the host's other
-   hardware thread) a chase of 128-192 KiB alone ran at L2 speed, 256 KiB often did not; the
-   index of requests takes more room than its nodes (glibc puts a 64-byte node in 80 bytes).
-   --no-polluter (frames, requests): skip the polluter buffers: the victim alone, the best case.
+   and every size is multiplied by L2 / 512 KiB (counts stay; a message stays 2 KiB, a small
+   chunk, and their number scales instead), so that the victim fits the L2 and the polluter
+   does not wherever this runs (2 MiB L2: frames' victim 768 KiB, buffer 6 MiB).  On the first
+   machine (512 KiB, 8 ways, shared with the host's other hardware thread) a chase of 128-192 KiB
+   alone ran at L2 speed, 256 KiB often did not; the index of requests takes more room than its
+   nodes (glibc puts a 64-byte node in 80 bytes).
+   --no-polluter (frames, requests, messages): skip the polluter buffers: the victim alone, the
+   best case.
    --confine (frames, under chromalloc): the frame buffer from the first 1/8 of the L2 colours,
    asked for with chromalloc_malloc_coloured: what restrictive mapping can do here at best.
    --protect (frames, under chromalloc): the victim array from the other 7/8 of the colours
    (with --confine: a pollute buffer as ROCS has it, where nothing else uses the polluter's
    colours; NightWatch's open mapping is ordinary memory, which has 1/8 of its pages there).
    --seed=N changes the data (and the checksum).
-   --settle-ms=N (frames, requests, neutral, victims): sleep N ms after the first 20 frames,
-   which are then left out of the statistics, as is the sleep from total_s: the steady state of
-   an allocator whose background work (chromalloc's colour worker) needs an idle moment.  Under
-   chromalloc with NightWatch on (found with dlsym: chromalloc_option("nightwatch") == 1), the
-   idle moment ends as soon as the restrictive colour set (1/8 of the L2) has a polluter
-   chunk's worth of pages in stock (chromalloc_colours_prepare), at most N ms.
+   --settle-ms=N (frames, requests, messages, neutral, victims): sleep N ms after the first 20
+   frames, which are then left out of the statistics, as is the sleep from total_s: the steady
+   state of an allocator whose background work (chromalloc's colour worker) needs an idle
+   moment.  Under chromalloc with NightWatch on (found with dlsym: chromalloc_option("nightwatch")
+   == 1), the idle moment ends as soon as the restrictive colour set (1/8 of the L2) has a
+   polluter chunk's worth of pages in stock (chromalloc_colours_prepare), at most N ms
+   (messages: a frame's messages, which are all live at once).
 
    Output, one line: RESULT <workload> victim_ns=<median over frames of ns per lookup>
      victim_ns_p10=.. victim_ns_p90=.. total_s=<the workload loop> victim_s=<timed phases>
@@ -66,7 +74,7 @@
    that the compiler cannot fold two identical bodies into one (-O2 does identical code folding),
    which would merge their innermost return addresses.  bench/nightwatch.py maps the contexts in
    chromalloc's statistics back to these names with nm. */
-enum { S_FRAME, S_VICTIM, S_REQ, S_NODE, S_BUCKETS, S_WORK, S_SCRATCH, S_TA, S_TB, S_TC, S_TD, S_N };
+enum { S_FRAME, S_VICTIM, S_REQ, S_NODE, S_BUCKETS, S_MSG, S_WORK, S_SCRATCH, S_TA, S_TB, S_TC, S_TD, S_N };
 static unsigned long site_calls[S_N];
 #define SITE(k) (site_calls[k]++)
 
@@ -364,34 +372,53 @@ static uint64_t lookup_chain(inode_t** buckets, uint64_t mask, uint64_t* key, si
   return s;
 }
 
-static void run_requests(void) {
-  size_t vkib = (size_t)def(opt_victim_kib, 128);
-  long reqs = def_count(opt_frames, 1500);
-  rng_t r = rng_seed((uint64_t)opt_seed);
-  size_t n = vkib * 1024 / sizeof(inode_t), nb = 1;
-  while (nb * 2 <= n) nb *= 2;                      /* one to two nodes per bucket */
-  inode_t** buckets = index_buckets(nb);
+/* the index (requests, messages): n = vkib KiB / 64 nodes, each malloc'd by index_node(), in
+   nb buckets (a power of two, one to two nodes per bucket); the values form one cycle of keys,
+   so that lookup_chain from `first` meets every key once per lap */
+typedef struct { inode_t** buckets; inode_t** nodes; size_t n, nb; uint64_t first; } index_t;
+
+static index_t make_index(size_t vkib, rng_t* r) {
+  index_t x = { NULL, NULL, vkib * 1024 / sizeof(inode_t), 1, 0 };
+  size_t n = x.n;
+  while (x.nb * 2 <= n) x.nb *= 2;                  /* one to two nodes per bucket */
+  x.buckets = index_buckets(x.nb);
   uint64_t* keys = check_alloc(malloc(n * sizeof *keys), n * sizeof *keys);
   uint32_t* perm = check_alloc(malloc(n * sizeof *perm), n * sizeof *perm);
-  for (size_t i = 0; i < n; i++) { keys[i] = rng_next(&r) | 1; perm[i] = (uint32_t)i; }
+  for (size_t i = 0; i < n; i++) { keys[i] = rng_next(r) | 1; perm[i] = (uint32_t)i; }
   for (size_t i = n - 1; i > 0; i--) {              /* the values form one cycle of keys */
-    size_t j = rng_range(&r, 0, i - 1);
+    size_t j = rng_range(r, 0, i - 1);
     uint32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
   }
-  inode_t** nodes = check_alloc(malloc(n * sizeof *nodes), n * sizeof *nodes);
+  x.nodes = check_alloc(malloc(n * sizeof *x.nodes), n * sizeof *x.nodes);
   for (size_t i = 0; i < n; i++) {
     inode_t* e = index_node();
     e->key = keys[i];
     e->value = keys[perm[i]];
     for (int k = 0; k < 5; k++) e->payload[k] = mix64(keys[i] + (uint64_t)k);
-    uint64_t b = mix64(e->key) & (nb - 1);
-    e->next = buckets[b];
-    buckets[b] = e;
-    nodes[i] = e;
+    uint64_t b = mix64(e->key) & (x.nb - 1);
+    e->next = x.buckets[b];
+    x.buckets[b] = e;
+    x.nodes[i] = e;
   }
   free(perm);
-  uint64_t key = keys[0], check = 0;
+  x.first = keys[0];
   free(keys);
+  return x;
+}
+
+static void free_index(index_t* x) {
+  for (size_t i = 0; i < x->n; i++) free(x->nodes[i]);
+  free(x->nodes);
+  free(x->buckets);
+}
+
+static void run_requests(void) {
+  size_t vkib = (size_t)def(opt_victim_kib, 128);
+  long reqs = def_count(opt_frames, 1500);
+  rng_t r = rng_seed((uint64_t)opt_seed);
+  index_t x = make_index(vkib, &r);
+  size_t n = x.n;
+  uint64_t key = x.first, check = 0;
   samples_t s = samples((size_t)reqs);
   uint64_t t0 = now_ns();
   for (long q = 0; q < reqs; q++) {
@@ -402,14 +429,64 @@ static void run_requests(void) {
       check += render_response(768 * 1024 * scale(), check);
     }
     uint64_t a = now_ns();
-    check += lookup_chain(buckets, nb - 1, &key, n);
+    check += lookup_chain(x.buckets, x.nb - 1, &key, n);
     sample(&s, now_ns() - a, n);
   }
   double total = (double)(now_ns() - t0) * 1e-9;
-  for (size_t i = 0; i < n; i++) free(nodes[i]);
-  free(nodes);
-  free(buckets);
+  free_index(&x);
   report(opt_no_polluter ? "requests-alone" : "requests", &s, skipped(), total, check, 1);
+}
+
+/* ---- messages: many small chunks from one context, streamed once; the index as victim ----- */
+
+#define MSG_BYTES 2048                               /* below a page: a small chunk */
+
+NOINLINE static uint64_t* msg_alloc(void) {
+  SITE(S_MSG);
+  uint64_t* p = malloc(MSG_BYTES);
+  return check_alloc(p, MSG_BYTES);
+}
+
+/* one frame's messages: each allocated (the one call site of msg_alloc) and written, then all
+   read once; they stay live until free_messages at the end of the frame */
+NOINLINE static uint64_t stream_messages(uint64_t** msg, size_t m, uint64_t frame) {
+  for (size_t i = 0; i < m; i++) {
+    msg[i] = msg_alloc();
+    fill(msg[i], MSG_BYTES / 8, mix64(frame * m + i));
+  }
+  uint64_t s = 0;
+  for (size_t i = 0; i < m; i++) s += sum(msg[i], MSG_BYTES / 8);
+  return s;
+}
+
+static void free_messages(uint64_t** msg, size_t m) {
+  for (size_t i = 0; i < m; i++) free(msg[i]);
+}
+
+static void run_messages(void) {
+  size_t vkib = (size_t)def(opt_victim_kib, 128), bkib = (size_t)def(opt_buf_kib, 1536);
+  long frames = def_count(opt_frames, 1500);
+  size_t m = bkib * 1024 / MSG_BYTES;               /* messages per frame */
+  if (m < 1) m = 1;
+  rng_t r = rng_seed((uint64_t)opt_seed);
+  index_t x = make_index(vkib, &r);
+  size_t n = x.n;
+  uint64_t** msg = check_alloc(malloc(m * sizeof *msg), m * sizeof *msg);
+  uint64_t key = x.first, check = 0;
+  samples_t s = samples((size_t)frames);
+  uint64_t t0 = now_ns();
+  for (long f = 0; f < frames; f++) {
+    settle(f, &t0, opt_no_polluter ? 0 : m * MSG_BYTES);
+    if (!opt_no_polluter) check += stream_messages(msg, m, (uint64_t)f);
+    uint64_t a = now_ns();
+    check += lookup_chain(x.buckets, x.nb - 1, &key, n);
+    sample(&s, now_ns() - a, n);
+    if (!opt_no_polluter) free_messages(msg, m);
+  }
+  double total = (double)(now_ns() - t0) * 1e-9;
+  free(msg);
+  free_index(&x);
+  report(opt_no_polluter ? "messages-alone" : "messages", &s, skipped(), total, check, 1);
 }
 
 /* ---- neutral: chunks with reuse only ------------------------------------------------------ */
@@ -547,7 +624,7 @@ static void run_victim(void) {
 
 int main(int argc, char** argv) {
   bench_name = "pv";
-  if (argc < 2) fail("usage: pv frames|requests|neutral|victims|polluter|victim [--victim-kib=N] "
+  if (argc < 2) fail("usage: pv frames|requests|messages|neutral|victims|polluter|victim [--victim-kib=N] "
                      "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--no-polluter] [--pin]");
   parse_options(argc, argv);
   if (opt_pin) {                      /* this thread only; threads started later inherit it */
@@ -559,6 +636,7 @@ int main(int argc, char** argv) {
   const char* w = argv[1];
   if (strcmp(w, "frames") == 0) run_frames();
   else if (strcmp(w, "requests") == 0) run_requests();
+  else if (strcmp(w, "messages") == 0) run_messages();
   else if (strcmp(w, "neutral") == 0) run_neutral();
   else if (strcmp(w, "victims") == 0) run_victims();
   else if (strcmp(w, "polluter") == 0) run_polluter();

@@ -46,8 +46,7 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
   [CA_OPT_VERBOSE]       = { "verbose", 0, 0, 2, NULL,
                              "print the options in force at start-up (1) and statistics at exit (2)" },
   [CA_OPT_NIGHTWATCH]    = { "nightwatch", 1, 0, 1, bool_words,
-                             "NightWatch: learn which allocation contexts pollute the cache (chunks >= 1 "
-                             "page) and give their new chunks pages of 1/8 of the L2 colours (the colour "
+                             "NightWatch: learn which allocation contexts pollute the cache and give their new chunks pages of 1/8 of the L2 colours (the colour "
                              "layer); 0 turns it off (see docs/nightwatch.md)" },
   [CA_OPT_NIGHTWATCH_MONITOR] = { "nightwatch_monitor", 0, 0, 1, bool_words,
                              "NightWatch monitors every chunk instead of adaptive sampling (to check "
@@ -60,6 +59,11 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "once NightWatch confines a polluter, move the pages of open memory (spans and "
                              "objects up to the L2's size, 4 times the L2 in all, oldest first) that lie in "
                              "the polluter's colours to the other 7/8" },
+  [CA_OPT_NIGHTWATCH_SMALL] = { "nightwatch_small", 1, 0, 1, bool_words,
+                             "NightWatch samples chunks below a page too (one per L2/16 bytes of small "
+                             "allocations, each on a page of its own, judged together per context) and "
+                             "serves a size class from restrictive spans while its sampled contexts are "
+                             "polluters" },
 };
 
 long _ca_options[CA_OPT_COUNT];

@@ -199,7 +199,9 @@ static uint64_t sets_mask(bool excluded_only) {
   return m & known_colours();
 }
 
-/* Re-test a few pooled pages of each set; drop those no longer of the set. */
+/* Re-test a few pooled pages of each set; drop those no longer of the set.  The page is out of
+   the pool while it is tested: a span filled from the pool meanwhile would have moved it away
+   under the test (SIGSEGV in the worker, seen with a routed small class taking spans). */
 static void verify_sample(uint64_t* rng) {
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {
     ca_colour_set_t* s = &L.sets[i];
@@ -207,23 +209,22 @@ static void verify_sample(uint64_t* rng) {
       _ca_lock(&L.lock);
       size_t n = s->used ? s->pool.count : 0;
       void* page = NULL;
-      size_t at = 0;
-      if (n) { *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17; at = (size_t)(*rng % n); page = s->pool.pages[at]; }
+      if (n) {
+        *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
+        size_t at = (size_t)(*rng % n);
+        page = s->pool.pages[at];
+        s->pool.pages[at] = s->pool.pages[--s->pool.count];
+      }
       _ca_unlock(&L.lock);
       if (page == NULL) break;
       uint64_t m = s->by_elimination ? ~s->mask : s->mask;
       int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & known_colours());
       bool ok = s->by_elimination ? c < 0 : c >= 0;
-      if (ok) continue;
-      if ((s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
-                             : _ca_colour_classify(&L.probe.base, &L.map, page, m) >= 0)) continue;
+      if (!ok) ok = s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
+                                      : _ca_colour_classify(&L.probe.base, &L.map, page, m) >= 0;
       _ca_lock(&L.lock);
-      if (at < s->pool.count && s->pool.pages[at] == page) {
-        s->pool.pages[at] = s->pool.pages[--s->pool.count];
-        _ca_pool_drop(page);
-        s->dropped_pages++;
-        L.verify_drops++;
-      }
+      if (ok) ok = _ca_pool_push(&s->pool, page);
+      if (!ok) { _ca_pool_drop(page); s->dropped_pages++; L.verify_drops++; }
       _ca_unlock(&L.lock);
     }
   }

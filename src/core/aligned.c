@@ -56,3 +56,13 @@ size_t _ca_usable_size(const void* p) {
   if (!valid) _ca_fatal("malloc_usable_size(): invalid pointer %p (not an allocated block)", p);
   return s->block_size - (size_t)((const uint8_t*)p - b);
 }
+
+/* A page of its own for a policy's sampled small chunk: the page-aligned page inside a block of
+   at least two pages (no mapping of its own), its span flagged ALIGNED even when the page is the
+   block's start, so that its free reaches the policy (free.c). */
+void* _ca_malloc_page(void) {
+  void* p = _ca_malloc_aligned(CA_OS_PAGE, CA_OS_PAGE, false);
+  ca_segment_t* seg = p != NULL ? _ca_segment_of(p) : NULL;
+  if (seg != NULL && seg->kind != CA_SEG_LARGE) _ca_span_of(seg, p)->flags |= CA_SPAN_ALIGNED;
+  return p;
+}

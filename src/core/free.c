@@ -10,6 +10,7 @@
      scanning the owner's free lists when the owner frees it);
    - a double free of a large object (its segment no longer holds it). */
 #include "internal.h"
+#include "hooks.h"
 
 _Noreturn static ca_cold void invalid(const char* what, const void* p) { _ca_fatal(what, p); }
 
@@ -88,6 +89,8 @@ void _ca_free_generic(ca_segment_t* seg, void* p) {
   bool valid;
   ca_block_t* b = _ca_block_start(seg, s, p, &valid);
   if (!valid) invalid("free(): invalid pointer %p (not the start of an allocated block)", p);
+  /* a block handed out at an offset may be a policy's sampled chunk, on a page it watches */
+  if (s->flags & CA_SPAN_ALIGNED) CA_POLICY_CHUNK(CA_CHUNK_FREE, p, 0);
   /* local when the owner is this thread's heap or one of its flavour heaps */
   ca_heap_t* h = atomic_load_explicit(&seg->owner, ca_relaxed);
   if (h == NULL || h->main != _ca_heap) { free_remote(seg, s, b); return; }

@@ -6,7 +6,7 @@
 
    Heaps are never unmapped: a thread that exits returns its heap to a pool for the next thread,
    so a remote thread holding a heap pointer never reads freed memory. */
-#include "internal.h"
+#include "alloc.h"
 #include "hooks.h"
 #include "queue.h"
 
@@ -18,15 +18,34 @@ __thread bool _ca_no_policy __attribute__((tls_model("initial-exec")));
 static ca_lock_t  registry_lock;
 static ca_heap_t* registry_first;
 
+/* ---- span-level mapping of small classes, and sampling (hooks.h) -------------------------------- */
+
+int64_t _ca_sample_period;
+static _Atomic(uint8_t)  class_route[CA_CLASS_MAX];     /* flavour heap serving the class (0: own) */
+static _Atomic(uint32_t) route_gen;
+
+void _ca_route_class(uint32_t c, uint8_t flavour) {
+  if (c >= CA_CLASS_MAX || atomic_load_explicit(&class_route[c], ca_relaxed) == flavour) return;
+  atomic_store_explicit(&class_route[c], flavour, ca_relaxed);
+  atomic_fetch_add_explicit(&route_gen, 1, ca_release);
+}
+
+uint8_t _ca_class_route(uint32_t c) { return c < CA_CLASS_MAX ? atomic_load_explicit(&class_route[c], ca_relaxed) : 0; }
+
+static bool routed(const ca_heap_t* h, uint32_t c) {
+  return h->flavour == 0 && atomic_load_explicit(&class_route[c], ca_relaxed) != 0;
+}
+
 /* ---- span queues ------------------------------------------------------------------------------ */
 
-/* Point the direct entries of class c at the first span of its queue. */
+/* Point the direct entries of class c at the first span of its queue (at the empty span when
+   the class is routed to a flavour heap: every allocation then takes the generic path). */
 static void direct_update(ca_heap_t* h, uint32_t c) {
   size_t lo = c == 0 ? 0 : _ca_class_size[c - 1] / CA_MIN_ALIGN + 1;
   if (lo >= CA_DIRECT_N) return;
   size_t hi = _ca_class_size[c] / CA_MIN_ALIGN;
   if (hi >= CA_DIRECT_N) hi = CA_DIRECT_N - 1;
-  ca_span_t* s = h->queues[c].first ? h->queues[c].first : &_ca_span_empty;
+  ca_span_t* s = h->queues[c].first && !routed(h, c) ? h->queues[c].first : &_ca_span_empty;
   for (size_t w = lo; w <= hi; w++) h->direct[w] = s;
 }
 
@@ -67,6 +86,11 @@ static uint32_t list_length(const ca_block_t* b) {
 void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
   ca_span_queue_t* q = &h->queues[s->sclass];
   if (q->first == s && s->next == NULL) return;       /* keep the only span of a class warm */
+  /* a span of a flavour was assembled page by page (one mremap each) and would be taken apart
+     the same way: a flavour heap keeps its empty spans for the next blocks of their class (a
+     routed class's blocks, all freed every frame, were re-assembled every frame) until the
+     thread exits */
+  if (h->flavour != 0) return;
   _ca_stats_span_settle(h, s, list_length(s->free));
   _ca_heap_queue_remove(h, s);
   _ca_segment_span_free(h, s);
@@ -133,6 +157,34 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   return s;
 }
 
+/* A small allocation in an ordinary heap: sampled for the policy when it crosses a sampling
+   period, served by a flavour heap when its class is routed, else NULL (the heap's own spans). */
+static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void* ret) {
+  uint32_t gen = atomic_load_explicit(&route_gen, ca_acquire);
+  if (ca_unlikely(h->route_gen != gen)) {
+    for (uint32_t c = 0; c < _ca_class_count; c++) direct_update(h, c);
+    h->route_gen = gen;
+  }
+  uint32_t c = _ca_size_class(n);
+  bool via = routed(h, c);
+  if (_ca_sample_period != 0 && !_ca_no_policy) {
+    /* the blocks served since the last visit: a drained free list's whole fill, else this one */
+    ca_span_t* s = h->queues[c].first;
+    uint64_t blocks = n <= CA_DIRECT_MAX && !via && s != NULL && s->free == NULL && s->installed ? s->installed : 1;
+    h->sample_left -= (int64_t)(blocks * _ca_class_size[c]);
+    if (ca_unlikely(h->sample_left < 0)) {
+      h->rng ^= h->rng << 13; h->rng ^= h->rng >> 7; h->rng ^= h->rng << 17;
+      h->sample_left = _ca_sample_period / 2 + (int64_t)(h->rng % (uint64_t)_ca_sample_period);
+      const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
+      void* q = p != NULL && p->sample != NULL ? p->sample(n, frame, ret) : NULL;
+      if (q != NULL) return q;
+    }
+  }
+  if (!via) return NULL;
+  ca_heap_t* f = _ca_heap_flavour(atomic_load_explicit(&class_route[c], ca_relaxed));
+  return f != NULL && f != h ? _ca_heap_malloc(f, n) : NULL;
+}
+
 /* malloc reaches this by a tail call: its caller's frame and return address are this one's */
 void* _ca_malloc_generic(ca_heap_t* h, size_t n) {
   return _ca_malloc_generic_at(h, n, __builtin_frame_address(0), __builtin_return_address(0));
@@ -153,6 +205,10 @@ void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const voi
   for (uint32_t f = 1; f < CA_FLAVOURS && (h->generic_calls & 63) == 0; f++)
     if (h->flavours[f] && atomic_load_explicit(&h->flavours[f]->delayed_free, ca_relaxed)) _ca_heap_delayed_free(h->flavours[f]);
   if (h->purge.first != NULL && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
+  if (n < CA_OS_PAGE && h->flavour == 0) {
+    void* p = small_policy(h, n, frame, ret);
+    if (p != NULL) return p;
+  }
   ca_span_t* s = heap_find_span(h, _ca_size_class(n));
   if (ca_unlikely(s == NULL)) { errno = ENOMEM; return NULL; }
   ca_block_t* b = s->free;

@@ -18,7 +18,20 @@
      there): the program's frames lie above it, which is where a context is read from; `ret`
      is the entry point's return address: the program's call site.
    - chunk: a large object is freed (CA_CHUNK_FREE) or about to be resized in place or moved
-     (CA_CHUNK_RESIZE): the policy stops watching it. */
+     (CA_CHUNK_RESIZE), or a block of an over-aligned span is freed (CA_CHUNK_FREE, size 0):
+     the policy stops watching it.
+   - sample: chunks below a page, sampled by bytes.  While `_ca_sample_period` is not 0, each
+     thread's ordinary heap counts down the bytes its small allocations take (counted on the
+     generic path: when a span's free list runs dry, for the blocks it served since it was
+     filled) and calls `sample` for the allocation that crosses a period, so each call stands
+     for about `_ca_sample_period` bytes of small allocations.  The policy may return the chunk
+     (on a page of its own: an over-aligned block, _ca_malloc_aligned) or NULL.
+   Span-level mapping for small sizes: `_ca_route_class(c, flavour)` makes every ordinary
+   heap serve class c from its heap of that flavour (0: back to its own spans).  A heap sees
+   the change at its next generic call: a routed class's direct[] entries point at the empty
+   span, so all its allocations take the generic path, which serves them from the flavour
+   heap (routing is for classes whose blocks stream through the cache: a slower malloc there
+   costs little next to the misses they take anyway). */
 #ifndef CA_HOOKS_H
 #define CA_HOOKS_H
 
@@ -36,6 +49,7 @@ typedef struct ca_hooks_s {
 typedef struct ca_policy_s {
   void* (*place)(size_t n, bool zero, const void* frame, const void* ret);
   void  (*chunk)(ca_chunk_event_t event, void* p, size_t size);
+  void* (*sample)(size_t n, const void* frame, const void* ret);
 } ca_policy_t;
 
 #pragma GCC visibility push(hidden)
@@ -43,6 +57,9 @@ extern const ca_hooks_t* _ca_hooks;
 extern const ca_policy_t* _ca_policy;
 void _ca_hooks_install(const ca_hooks_t* hooks);   /* NULL uninstalls */
 void _ca_policy_install(const ca_policy_t* policy);
+extern int64_t  _ca_sample_period;            /* bytes of small allocations per sample (0: none) */
+void _ca_route_class(uint32_t c, uint8_t flavour);
+uint8_t _ca_class_route(uint32_t c);           /* the flavour class c is served from (0: own) */
 #pragma GCC visibility pop
 
 #define CA_HOOK(name, ...) do { const ca_hooks_t* h_ = _ca_hooks; if (h_ != NULL && h_->name != NULL) h_->name(__VA_ARGS__); } while (0)

@@ -98,6 +98,7 @@ typedef enum ca_option_e {
   CA_OPT_NIGHTWATCH_MONITOR,  /* 1 = monitor every chunk (prediction checks) */
   CA_OPT_NIGHTWATCH_BUDGET,   /* per mille of the run time monitoring may take */
   CA_OPT_NIGHTWATCH_PROTECT,  /* keep open objects out of the restrictive colours */
+  CA_OPT_NIGHTWATCH_SMALL,    /* chunks below a page: sampled by context, routed by size class */
   CA_OPT_COUNT
 } ca_option_t;
 
@@ -223,6 +224,7 @@ void   _ca_large_collect(void);                     /* kept objects of flavours 
 void   _ca_large_fork_child(void);
 void*  _ca_large_realloc(ca_segment_t* seg, void* p, size_t n);
 void*  _ca_malloc_aligned(size_t n, size_t align, bool zero);
+void*  _ca_malloc_page(void);                       /* a page of its own (aligned.c) */
 size_t _ca_usable_size(const void* p);
 void*  _ca_block_start(ca_segment_t* seg, ca_span_t* s, const void* p, bool* valid);
 void*  _ca_calloc_slow(size_t n);

@@ -88,8 +88,20 @@
 #define PMU_PERIOD     4001        /* sampled loads: one in this many */
 #define PMU_DRAIN_US   1000        /* the monitor thread drains the rings this often */
 
+#define MAX_GROUPS     16          /* contexts whose small chunks are sampled together */
+#define GROUP_MEMBERS  40          /* a group's members, live or gone, at most */
+#define GROUP_TOTAL    64          /* members a group takes in all */
+#define GONE_MS        1000        /* a freed member's last reference counts this long */
+#define GROUP_IDLE_MS  100         /* a group with nothing left to learn ends after this */
+
 enum { PG_ARMED_FIRST, PG_OPEN, PG_ARMED, PG_DONE };
-enum { CH_FREE, CH_ACTIVE, CH_VERDICT };
+enum { CH_FREE, CH_ACTIVE, CH_VERDICT, CH_GONE };   /* CH_GONE: a group's member, freed */
+
+/* the evidence of a chunk, or of a group: pairs judged, in rounds */
+typedef struct evidence_s {
+  ca_monitor_result_t r;
+  uint32_t  round_hits, round_misses;
+} evidence_t;
 
 typedef struct sample_s {
   uint32_t index;        /* page index within the chunk's whole pages */
@@ -110,15 +122,40 @@ typedef struct mchunk_s {
   size_t    stride;      /* bytes of the chunk one sampled page stands for */
   uint64_t  cookie;
   uint32_t  nsamples, done;
-  uint32_t  round_hits, round_misses;
-  ca_monitor_result_t r;
-  bool      has_verdict, traps;  /* traps: pages protected (else judged by PMU samples) */
+  int       group;         /* a member of this group (one page, one sample), or -1 */
+  bool      pending;       /* gone member: referenced once, not yet judged unused */
+  bool      warm;          /* member: joined after the group had seen the L2's worth of
+                              members, so the footprint after its references is seen */
+  uint64_t  gone_ms;
+  evidence_t own, *ev;     /* ev: own, or the group's */
+  bool      traps;         /* pages protected (else judged by PMU samples) */
   sample_t  s[MAX_SAMPLES];
 } mchunk_t;
+
+/* Small chunks (below a page) are sampled per allocation context, each on a page of its own
+   (the paper page-aligns sampled small chunks), and judged together: a group is one context's
+   members, each standing for `stride` bytes of the context's small allocations (the sampling
+   period), so its footprint between a pair's two references is (members referenced in between
+   + 1) x stride, by the same pair rule as a chunk's.  A member freed after one reference stays
+   in the group (CH_GONE) for GONE_MS: its reference still counts in the footprint, and it is
+   an unused miss once the group has streamed more than the L2 after it.  A group sees only the
+   members sampled since it started: the first L2 / stride members only mark footprint, and
+   only members that join after them are judged (a group started late in a pass over 3 MiB
+   of messages saw a few of them and judged every pair a hit).  When a group is full, its
+   oldest gone member makes room. */
+typedef struct mgroup_s {
+  int       state;         /* CH_FREE, CH_ACTIVE, CH_VERDICT */
+  uint64_t  cookie;
+  size_t    stride;
+  uint32_t  members;       /* chunks in the group (active or gone) */
+  uint64_t  joined_ms;     /* the latest member's start */
+  evidence_t ev;
+} mgroup_t;
 
 static struct {
   ca_lock_t      lock;
   mchunk_t       chunks[MAX_CHUNKS];
+  mgroup_t       groups[MAX_GROUPS];
   bool           rearming;            /* the monitor thread is protecting a batch, unlocked */
   ca_verdict_fn  verdict;
   bool           inited, trap_ok;
@@ -128,7 +165,7 @@ static struct {
   size_t         l2;                  /* bytes: the open cache (C_open) */
   uint32_t       hit_ticks, miss_ticks, threshold;
   uint64_t       first_refs, pairs, pair_hits, far, unused, expired, interference;
-  uint64_t       rearms, released, no_room, verdicts, fault_ns;
+  uint64_t       rearms, released, no_room, verdicts, fault_ns, members, group_verdicts;
   _Atomic(uint64_t) cost_ns;          /* page protection and fault handling, all threads */
   _Atomic(uint64_t) sampled;          /* pages sampled so far */
   /* the PMU method */
@@ -244,7 +281,7 @@ static void* page_of(const mchunk_t* c, const sample_t* s) { return (void*)(c->l
 static sample_t* sample_of(uintptr_t a, mchunk_t** out) {
   for (int i = 0; i < MAX_CHUNKS; i++) {
     mchunk_t* c = &M.chunks[i];
-    if (c->state == CH_FREE || a < c->lo || a >= c->hi) continue;
+    if (c->state == CH_FREE || c->state == CH_GONE || a < c->lo || a >= c->hi) continue;
     sample_t* s = sample_at(c, a);
     if (s != NULL) { *out = c; return s; }
   }
@@ -275,14 +312,23 @@ static void finish_page(mchunk_t* c, sample_t* s) {
 }
 
 static void count(mchunk_t* c, bool hit) {
-  if (hit) { c->r.hits++; c->round_hits++; M.pair_hits++; } else { c->r.misses++; c->round_misses++; }
+  evidence_t* e = c->ev;
+  if (hit) { e->r.hits++; e->round_hits++; M.pair_hits++; } else { e->r.misses++; e->round_misses++; }
   M.pairs++;
 }
 
-/* sampled pages of the chunk referenced after `s` was */
+/* sampled pages of the chunk (of its group: its members, live or gone) referenced after `s` was */
 static uint32_t referenced_since(const mchunk_t* c, const sample_t* s) {
   uint32_t n = 0;
-  for (uint32_t i = 0; i < c->nsamples; i++) if (&c->s[i] != s && c->s[i].last_ref > s->last_ref) n++;
+  if (c->group < 0) {
+    for (uint32_t i = 0; i < c->nsamples; i++) if (&c->s[i] != s && c->s[i].last_ref > s->last_ref) n++;
+    return n;
+  }
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    const mchunk_t* m = &M.chunks[i];
+    if ((m->state == CH_ACTIVE || m->state == CH_GONE) && m->group == c->group && &m->s[0] != s &&
+        m->s[0].last_ref > s->last_ref) n++;
+  }
   return n;
 }
 
@@ -291,40 +337,79 @@ static uint32_t referenced_since(const mchunk_t* c, const sample_t* s) {
    once by a chunk that stayed small, it is no evidence: its lines may well serve the next
    chunk in the same memory. */
 static void count_unused(mchunk_t* c, sample_t* s) {
-  if (s->pairs != 0 || s->state != PG_ARMED || s->last_ref == 0) return;
+  if (s->pairs != 0 || s->state != PG_ARMED || s->last_ref == 0 || (c->group >= 0 && !c->warm)) return;
   if (_ca_monitor_judge(referenced_since(c, s), c->stride, M.l2)) return;
-  count(c, false); c->r.unused++; M.unused++; s->pairs = 1;
+  count(c, false); c->ev->r.unused++; M.unused++; s->pairs = 1;
 }
 
 /* The paper's convergence: the latest round's miss rate is within the margin of the rate
    before it. */
-static bool converged(mchunk_t* c) {
-  uint32_t round = c->round_hits + c->round_misses;
-  uint32_t total = c->r.hits + c->r.misses;
-  uint32_t round_len = c->nsamples / 4 > 4 ? c->nsamples / 4 : 4;
-  if (c->traps && c->done == c->nsamples) return total > 0;
+static bool round_converged(evidence_t* e, uint32_t round_len) {
+  uint32_t round = e->round_hits + e->round_misses;
+  uint32_t total = e->r.hits + e->r.misses;
   if (round < round_len) return false;
   uint32_t before = total - round;
   bool stable = false;
   if (before > 0 && total >= MIN_EVIDENCE) {
-    int64_t rr = (int64_t)c->round_misses * 100 / round;
-    int64_t rb = (int64_t)(c->r.misses - c->round_misses) * 100 / before;
+    int64_t rr = (int64_t)e->round_misses * 100 / round;
+    int64_t rb = (int64_t)(e->r.misses - e->round_misses) * 100 / before;
     stable = rr - rb <= MARGIN_PCT && rb - rr <= MARGIN_PCT;
   }
-  c->round_hits = c->round_misses = 0;
+  e->round_hits = e->round_misses = 0;
   return stable;
+}
+
+static bool converged(mchunk_t* c) {
+  if (c->group >= 0) return round_converged(c->ev, 4);
+  if (c->traps && c->done == c->nsamples) return c->ev->r.hits + c->ev->r.misses > 0;
+  return round_converged(c->ev, c->nsamples / 4 > 4 ? c->nsamples / 4 : 4);
+}
+
+static void verdict_of(evidence_t* e, uint32_t pages, uint32_t min_evidence) {
+  uint32_t total = e->r.hits + e->r.misses;
+  e->r.polluter = e->r.misses * 2 > total;
+  e->r.pages = pages;
+  e->r.judged = total >= min_evidence && total > 0;
+}
+
+/* A group's gone members: an unused miss once the group streamed more than the L2 after their
+   reference; dropped after GONE_MS (or `all`). */
+static void settle_gone(int g, uint64_t now_ms, bool all) {
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* m = &M.chunks[i];
+    if (m->state != CH_GONE || m->group != g) continue;
+    if (m->pending && !_ca_monitor_judge(referenced_since(m, &m->s[0]), m->stride, M.l2)) {
+      count(m, false); m->ev->r.unused++; M.unused++; m->pending = false;
+    }
+    if (all || now_ms - m->gone_ms > GONE_MS) { m->state = CH_FREE; M.groups[g].members--; }
+  }
+}
+
+/* A group's verdict: its live members are no longer sampled (their pages opened). */
+static void decide_group(int g, uint32_t min_evidence) {
+  mgroup_t* gr = &M.groups[g];
+  settle_gone(g, 0, true);
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* m = &M.chunks[i];
+    if (m->state != CH_ACTIVE || m->group != g) continue;
+    finish_page(m, &m->s[0]);
+    m->state = CH_FREE;
+    gr->members--;
+    atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
+  }
+  verdict_of(&gr->ev, gr->ev.r.pages, min_evidence);
+  gr->state = CH_VERDICT;
 }
 
 /* The verdict.  `freed`: the chunk is gone, so a page referenced once was never reused; a live
    chunk's pages may still be. */
 static void decide(mchunk_t* c, uint32_t min_evidence, bool freed) {
+  if (c->group >= 0) { decide_group(c->group, min_evidence); return; }
   for (uint32_t i = 0; i < c->nsamples; i++) {
     if (freed) count_unused(c, &c->s[i]);
     finish_page(c, &c->s[i]);
   }
-  c->r.polluter = c->r.misses * 2 > c->r.hits + c->r.misses;
-  c->r.pages = c->nsamples;
-  c->has_verdict = c->r.hits + c->r.misses >= min_evidence && c->r.hits + c->r.misses > 0;
+  verdict_of(c->ev, c->nsamples, min_evidence);
   c->state = CH_VERDICT;
 }
 
@@ -345,13 +430,14 @@ static void sleep_monitor(int seq, uint64_t ns) {
 
 /* ---- the fault handler's client ----------------------------------------------------------- */
 static void judge(mchunk_t* c, sample_t* s) {
+  if (c->group >= 0 && !c->warm) return;
   uint32_t between = referenced_since(c, s);
   bool timed = atomic_load_explicit(&M.measured, ca_acquire) && M.threshold != 0;
   uint64_t ticks = timed ? chase(page_of(c, s), s->line) : 0;
   bool hit = _ca_monitor_judge(between, c->stride, M.l2);
   count(c, hit);
-  if (!hit) { c->r.far++; M.far++; }
-  if (hit && timed && ticks > M.threshold) { c->r.interference++; M.interference++; }
+  if (!hit) { c->ev->r.far++; M.far++; }
+  if (hit && timed && ticks > M.threshold) { c->ev->r.interference++; M.interference++; }
 }
 
 /* Re-protect pages whose burst is older than `older_ns`, at most `max` of them (lock held). */
@@ -426,14 +512,38 @@ static void deliver(void) {
     mchunk_t* c = &M.chunks[i];
     if (c->state != CH_VERDICT) { unlock_m(); continue; }
     void* p = c->p; size_t n = c->n; uint64_t cookie = c->cookie;
-    bool has = c->has_verdict;
-    ca_monitor_result_t r = c->r;
+    ca_monitor_result_t r = c->ev->r;
     c->state = CH_FREE;
     atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
-    if (has) M.verdicts++;
+    if (r.judged) M.verdicts++;
     unlock_m();
-    if (has && M.verdict != NULL) M.verdict(p, n, cookie, &r);
+    if (r.judged && M.verdict != NULL) M.verdict(p, n, cookie, &r);
   }
+  /* a group's end is always told (the policy waits for it to sample the context again) */
+  for (int g = 0; g < MAX_GROUPS; g++) {
+    lock_m();
+    mgroup_t* gr = &M.groups[g];
+    if (gr->state != CH_VERDICT) { unlock_m(); continue; }
+    uint64_t cookie = gr->cookie;
+    ca_monitor_result_t r = gr->ev.r;
+    gr->state = CH_FREE;
+    atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
+    if (r.judged) { M.verdicts++; M.group_verdicts++; }
+    unlock_m();
+    if (M.verdict != NULL) M.verdict(NULL, 0, cookie, &r);
+  }
+}
+
+/* A group with nothing left to learn (no member page still sampled, no gone member waiting
+   for its unused test) and no new member for GROUP_IDLE_MS ends with what it has. */
+static bool group_idle(int g, uint64_t now_ms) {
+  if (now_ms - M.groups[g].joined_ms < GROUP_IDLE_MS) return false;
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    const mchunk_t* m = &M.chunks[i];
+    if (m->group != g) continue;
+    if ((m->state == CH_ACTIVE && m->done < m->nsamples) || (m->state == CH_GONE && m->pending)) return false;
+  }
+  return true;
 }
 
 /* Pages whose burst window has passed LAZY_US ago (no fault re-protected them) are marked ARMED
@@ -469,6 +579,13 @@ static bool rearm(void) {
     }
     if (converged(c)) { decide(c, MIN_EVIDENCE / 2, false); wake = true; }
   }
+  uint64_t now_ms = now / 1000000;
+  for (int g = 0; g < MAX_GROUPS; g++) {
+    if (M.groups[g].state != CH_ACTIVE) continue;
+    settle_gone(g, now_ms, false);
+    if (group_idle(g, now_ms)) { decide_group(g, MIN_EVIDENCE / 2); wake = true; }
+    else open_left = true;                   /* look again soon: gone members wait for their test */
+  }
   M.rearms += (uint64_t)n;
   M.rearming = n > 0;
   unlock_m();
@@ -497,7 +614,7 @@ void _ca_monitor_feed(const ca_pmu_sample_t* s, size_t n) {
       if (c->state != CH_ACTIVE || c->traps || s[i].addr < c->lo || s[i].addr >= c->hi) continue;
       bool hit = !_ca_pmu_is_miss(s[i].level);
       count(c, hit);
-      if (hit) M.pmu_hits++; else { M.pmu_misses++; c->r.far++; }
+      if (hit) M.pmu_hits++; else { M.pmu_misses++; c->ev->r.far++; }
       if (converged(c)) decide(c, MIN_EVIDENCE / 2, false);
       break;
     }
@@ -634,9 +751,9 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   c->lo = lo; c->hi = hi; c->p = p; c->n = n; c->cookie = cookie;
   c->nsamples = k; c->done = 0;
   c->stride = (hi - lo) / k;
-  c->round_hits = c->round_misses = 0;
-  memset(&c->r, 0, sizeof c->r);
-  c->has_verdict = false;
+  memset(&c->own, 0, sizeof c->own);
+  c->ev = &c->own;
+  c->group = -1;
   c->traps = !M.use_pmu;
   atomic_fetch_add_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
   if (!c->traps) {                           /* judged by samples: nothing to protect */
@@ -660,6 +777,92 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   return true;
 }
 
+/* a full group's oldest gone member goes (settled first); false when it has none */
+static bool drop_oldest_gone(int g) {
+  mchunk_t* old = NULL;
+  for (int i = 0; i < MAX_CHUNKS; i++) {
+    mchunk_t* m = &M.chunks[i];
+    if (m->state == CH_GONE && m->group == g && (old == NULL || m->s[0].last_ref < old->s[0].last_ref)) old = m;
+  }
+  if (old == NULL) return false;
+  settle_gone(g, 0, false);
+  old->state = CH_FREE;
+  M.groups[g].members--;
+  return true;
+}
+
+uint32_t _ca_monitor_group_pages(void) { return GROUP_TOTAL; }
+
+/* no room for another member: taken all it takes, or full of members still live (no lock:
+   a hint) */
+bool _ca_monitor_group_full(uint64_t cookie) {
+  for (int g = 0; g < MAX_GROUPS; g++) {
+    if (M.groups[g].state != CH_ACTIVE || M.groups[g].cookie != cookie) continue;
+    if (M.groups[g].ev.r.pages >= GROUP_TOTAL) return true;
+    if (M.groups[g].members < GROUP_MEMBERS) return false;
+    for (int i = 0; i < MAX_CHUNKS; i++) if (M.chunks[i].state == CH_GONE && M.chunks[i].group == g) return false;
+    return true;
+  }
+  return false;
+}
+
+/* A small chunk p on a page of its own joins the group `cookie` (started when there is none
+   and `start`), standing for `stride` bytes of its context's small allocations. */
+bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool start) {
+  if (!M.trap_ok || M.use_pmu || _ca_async_io() || ((uintptr_t)p & (CA_OS_PAGE - 1)) != 0) return false;
+  ensure_thread();
+  if (atomic_load_explicit(&M.thread_pid, ca_acquire) != getpid()) return false;
+  uint64_t now_ns = _ca_clock_ns();
+  lock_m();
+  int g = -1, free_g = -1;
+  for (int i = 0; i < MAX_GROUPS && g < 0; i++) {
+    if (M.groups[i].state == CH_ACTIVE && M.groups[i].cookie == cookie) g = i;
+    else if (M.groups[i].state == CH_FREE && free_g < 0) free_g = i;
+  }
+  if (g >= 0 && M.groups[g].members >= GROUP_MEMBERS) drop_oldest_gone(g);
+  mchunk_t* c = NULL;
+  for (int i = 0; i < MAX_CHUNKS && c == NULL; i++) if (M.chunks[i].state == CH_FREE) c = &M.chunks[i];
+  if (g < 0 && !start) { unlock_m(); return false; }   /* the group ended meanwhile */
+  if (c == NULL || (g < 0 && free_g < 0) ||
+      (g >= 0 && (M.groups[g].members >= GROUP_MEMBERS || M.groups[g].ev.r.pages >= GROUP_TOTAL))) {
+    M.no_room++;
+    unlock_m();
+    return false;
+  }
+  if (g < 0) {
+    g = free_g;
+    M.groups[g] = (mgroup_t){ .state = CH_ACTIVE, .cookie = cookie, .stride = stride };
+    atomic_fetch_add_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
+  }
+  mgroup_t* gr = &M.groups[g];
+  c->lo = (uintptr_t)p; c->hi = (uintptr_t)p + CA_OS_PAGE; c->p = p; c->n = CA_OS_PAGE; c->cookie = cookie;
+  c->nsamples = 1; c->done = 0; c->stride = gr->stride;
+  c->group = g; c->ev = &gr->ev; c->pending = false; c->traps = true;
+  c->warm = (uint64_t)gr->ev.r.pages * gr->stride >= M.l2;
+  c->s[0] = (sample_t){ .index = 0, .state = PG_ARMED_FIRST, .t = now_ns };
+  if (protect(p, PROT_NONE) != 0) { c->s[0].state = PG_DONE; c->done = 1; }
+  c->state = CH_ACTIVE;
+  gr->members++;
+  gr->ev.r.pages++;
+  gr->joined_ms = now_ns / 1000000;
+  M.members++;
+  atomic_fetch_add_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
+  atomic_fetch_add_explicit(&M.sampled, 1, ca_relaxed);
+  unlock_m();
+  return true;
+}
+
+/* A member is freed: its page opened; it stays in its group while its reference counts. */
+static void member_gone(mchunk_t* c) {
+  sample_t* s = &c->s[0];
+  c->pending = c->warm && s->pairs == 0 && s->last_ref != 0 && !s->released;
+  finish_page(c, s);
+  atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
+  if (s->last_ref == 0) { c->state = CH_FREE; M.groups[c->group].members--; return; }
+  c->state = CH_GONE;
+  c->gone_ms = _ca_clock_ms();
+}
+
 /* Take the lock with no re-protection in flight (see rearm).  Not for the fault handler. */
 static void lock_settled(void) {
   for (;;) {
@@ -677,7 +880,8 @@ void _ca_monitor_stop(void* p) {
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++)
     if ((M.chunks[i].state == CH_ACTIVE || M.chunks[i].state == CH_VERDICT) && M.chunks[i].p == p) c = &M.chunks[i];
   if (c == NULL) { unlock_m(); return; }
-  if (c->state == CH_ACTIVE) decide(c, MIN_EVIDENCE / 2, true);
+  if (c->group >= 0) { if (c->state == CH_ACTIVE) member_gone(c); }
+  else if (c->state == CH_ACTIVE) decide(c, MIN_EVIDENCE / 2, true);
   unlock_m();
   deliver();
 }
@@ -758,6 +962,8 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "released_pages", M.released);
   ca_buf_field_u64(b, "chunks_without_room", M.no_room);
   ca_buf_field_u64(b, "verdicts", M.verdicts);
+  ca_buf_field_u64(b, "small_members", M.members);
+  ca_buf_field_u64(b, "group_verdicts", M.group_verdicts);
   ca_buf_field_u64(b, "fault_handling_ns", M.fault_ns);
   ca_buf_field_u64(b, "pmu_rings", (uint64_t)atomic_load_explicit(&M.nrings, ca_relaxed));
   ca_buf_field_u64(b, "pmu_samples_hit", M.pmu_hits);

@@ -11,6 +11,7 @@ struct ca_buf_s;
 
 /* What the monitor saw of one chunk. */
 typedef struct ca_monitor_result_s {
+  bool     judged;         /* enough evidence for a verdict */
   bool     polluter;       /* miss rate above one half */
   uint32_t pages;          /* pages sampled */
   uint32_t hits, misses;   /* judged reference pairs */
@@ -20,9 +21,10 @@ typedef struct ca_monitor_result_s {
                               data was evicted by other data (it is a victim of pollution) */
 } ca_monitor_result_t;
 
-/* A chunk's monitoring ended with enough evidence.  Called on the monitor thread or in the
-   thread that freed the chunk, never in the fault handler, with no monitor lock held.
-   `cookie` is what _ca_monitor_start was given. */
+/* A chunk's monitoring ended with enough evidence (r->judged), or a group's ended (chunk NULL,
+   with or without).  Called on the monitor thread or in the thread that freed the chunk,
+   never in the fault handler, with no monitor lock held.  `cookie` is what
+   _ca_monitor_start or _ca_monitor_start_member was given. */
 typedef void (*ca_verdict_fn)(void* chunk, size_t size, uint64_t cookie, const ca_monitor_result_t* r);
 
 #pragma GCC visibility push(hidden)
@@ -30,6 +32,13 @@ void   _ca_monitor_init(ca_verdict_fn verdict);
 /* Start sampling a chunk (whole pages inside [p, p + n)); false when there is no room, no
    whole page, or the monitor is still measuring the machine. */
 bool   _ca_monitor_start(void* p, size_t n, uint64_t cookie);
+/* A chunk below a page, alone on its page p, joins the group `cookie` (one allocation
+   context's sampled small chunks, judged together: monitor.c), standing for `stride` bytes of
+   the context's small allocations; `start`: the group may start now, else it only joins one
+   running.  False when there is no room or no group to join. */
+bool   _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool start);
+bool   _ca_monitor_group_full(uint64_t cookie);     /* no room for another member (no lock) */
+uint32_t _ca_monitor_group_pages(void);             /* members a group takes in all */
 /* The chunk is freed or resized: stop, give the verdict if the evidence suffices. */
 void   _ca_monitor_stop(void* p);
 /* The kernel is about to touch [p, p + len) (a system call's buffer) or the program changes its

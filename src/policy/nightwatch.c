@@ -24,15 +24,26 @@
         restrictive colours to the other 7/8 (color/protect.c), so that the confined polluter
         can evict nothing of it.  Monitored chunks join only after their verdict (their pages
         trap until then).
+   Chunks below a page (option nightwatch_small) never reach `place`: the fast path stays the
+   foundation's.  The core samples them instead, one per SMALL_PERIOD bytes of a thread's small
+   allocations (hooks.h), and calls `sample`:
+     6. the sampled chunk's context is noted in the size table (per size class: the contexts
+        sampled there and how often); when the context is due for monitoring, the chunk is placed
+        on a page of its own and joins its context's group in the monitor, where the sampled
+        chunks of one context are judged together, each standing for SMALL_PERIOD bytes
+        (monitor.c); the group's verdict goes through the same predictor as a chunk's.
+     7. span-level mapping: a size class is served from restrictive spans (the core routes the
+        class to the thread's restrictive heap) while the contexts the predictor makes
+        restrictive hold ROUTE_SHARE_PCT of the class's samples, and back from open spans as
+        soon as they do not (another context appears there).
    Chunks allocated by glibc itself (stdio and directory-stream buffers, which the kernel fills
-   through glibc's internal, non-interposable system calls) are never monitored.
-   Chunks below a page never reach `place` (the fast path stays the foundation's); see
-   docs/nightwatch.md for what that leaves out.  When the colour layer turns out to be
-   unavailable, the policy uninstalls itself and says why in the statistics. */
+   through glibc's internal, non-interposable system calls) are never monitored.  When the
+   colour layer turns out to be unavailable, the policy uninstalls itself and says why in the
+   statistics. */
 #define _GNU_SOURCE
 #include "nightwatch.h"
 #include "sites.h"
-#include "../core/internal.h"
+#include "../core/alloc.h"
 #include "../core/hooks.h"
 #include "../core/buf.h"
 #include "../color/colour.h"
@@ -46,6 +57,10 @@
 #define SWITCH_AGE_MS  20
 #define MAX_REPORTED   200
 #define TOUCH_NS       500                   /* first touch of a fresh page (a fault) */
+#define GROUP_COOKIE   (1ull << 32)          /* a monitor cookie naming a context's group */
+#define CLASS_CTXS     4                     /* contexts the size table tells apart per class */
+#define ROUTE_SHARE_PCT 95                   /* restrictive contexts' share of a class's samples */
+#define ROUTE_MIN      8                     /* samples of a class before it is routed */
 
 typedef struct nw_ctx_s {                     /* NightWatch's view of one context (sites.c) */
   _Atomic(uint64_t) chunks, bytes, restrictive;
@@ -57,7 +72,16 @@ typedef struct nw_ctx_s {                     /* NightWatch's view of one contex
   uint8_t           history, nverdicts;
   uint64_t          monitored, pages, hits, misses, far, unused, interference;
   uint64_t          pred_hits, pred_misses, switches;
+  uint64_t          samples;                  /* its small chunks sampled (each ~SMALL_PERIOD bytes) */
+  bool              group_on;                 /* its small chunks are being monitored as a group */
+  ca_mapping_t      group_predicted;          /* the prediction when the group started */
 } nw_ctx_t;
+
+typedef struct nw_class_s {                   /* the size table of small chunks, per size class */
+  int               ctx[CLASS_CTXS];          /* context + 1 (0: none) */
+  uint32_t          samples[CLASS_CTXS];
+  uint32_t          total;                    /* with the samples of contexts beyond CLASS_CTXS */
+} nw_class_t;
 
 typedef struct nw_watched_s {                 /* a chunk being monitored */
   void*        p;
@@ -80,6 +104,8 @@ static struct {
   bool              monitor_ready;
   uint64_t          start_ns, budget_pm;
   size_t            judged_min;               /* bytes: smaller chunks are not monitored (the L2) */
+  nw_class_t        classes[CA_CLASS_MAX];    /* under lock */
+  _Atomic(uint64_t) small_samples, small_members;
   char              off_reason[96];
   _Atomic(uint64_t) chunks, monitored, restrictive, switches, lost, over_budget, alloc_cost_ns;
   _Atomic(uint64_t) next_ok_ms[4];            /* the budget allows nothing before (coarse clock),
@@ -144,6 +170,8 @@ void _ca_nw_reset(void) {
 /* ---- mappings ---------------------------------------------------------------------------- */
 static void turn_off(const char* why) {
   _ca_policy_install(NULL);
+  _ca_sample_period = 0;
+  for (uint32_t k = 0; k < _ca_class_count; k++) _ca_route_class(k, 0);
   ca_buf_t b = ca_buf(NW.off_reason, sizeof NW.off_reason);
   ca_buf_str(&b, why);
 }
@@ -187,7 +215,7 @@ int _ca_nw_budget_halves(int ctx) {
   return c->nverdicts == 1 && c->history == 1 ? 8 : c->nverdicts < 2 ? 2 : 1;
 }
 
-static bool within_budget(size_t n, int halves) {
+static bool within_budget(uint32_t pages, int halves) {
   if (NW.monitor_all) return true;
   if (NW.budget_pm == 0) return false;
   /* refused until then: a coarse clock read, not the sums and a precise clock on every chunk
@@ -195,7 +223,7 @@ static bool within_budget(size_t n, int halves) {
   _Atomic(uint64_t)* next = &NW.next_ok_ms[__builtin_ctz((unsigned)halves)];   /* 1, 2, 8: 0, 1, 3 */
   if (_ca_clock_ms() < atomic_load_explicit(next, ca_relaxed)) { bump(&NW.over_budget, 1); return false; }
   uint64_t spent = _ca_monitor_cost_ns() + atomic_load_explicit(&NW.alloc_cost_ns, ca_relaxed);
-  spent += (uint64_t)_ca_monitor_samples(n / CA_OS_PAGE) * _ca_monitor_page_cost_ns();
+  spent += (uint64_t)pages * _ca_monitor_page_cost_ns();
   uint64_t ok_ns = NW.start_ns + spent * 1000 * 2 / (NW.budget_pm * (uint64_t)halves);
   if (_ca_clock_ns() >= ok_ns) return true;
   atomic_store_explicit(next, ok_ns / 1000000, ca_relaxed);
@@ -247,12 +275,17 @@ static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8
 
 /* The chunk stays watched until the switch is decided: a free meanwhile marks it `freeing`
    (no switch), and a free after the decision waits on `switching` before the memory goes. */
+static void update_routes(void);
+static void on_group_verdict(int ctx, const ca_monitor_result_t* r);
 static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_result_t* r) {
+  if (cookie & GROUP_COOKIE) { on_group_verdict((int)(uint32_t)cookie, r); return; }
   _ca_lock(&NW.lock);
   nw_watched_t w = NW.watched[cookie];
   _ca_unlock(&NW.lock);
   if (w.p != p) return;
+  ca_mapping_t before = _ca_nw_predict(w.ctx);
   ca_mapping_t d = _ca_nw_verdict(w.ctx, w.predicted, r);
+  if (d != before) update_routes();
   /* switch a live chunk whose mapping its context now contradicts, once; a switch never
      starts the colour layer by itself (that costs seconds and megabytes) */
   ca_mapping_t target = r->polluter && d == CA_MAP_RESTRICTIVE ? CA_MAP_RESTRICTIVE : CA_MAP_OPEN;
@@ -288,6 +321,87 @@ static void arm_protection(void) {
   if (NW.restrict_id > 0 && _ca_colour_reserve(NW.restrict_id) != 0) NW.protect = false;   /* the program reserved another set */
 }
 
+/* ---- small chunks: the size table, span-level mapping, groups ---------------------------- */
+
+/* Class k is served from restrictive spans when the contexts the predictor makes restrictive
+   hold ROUTE_SHARE_PCT of its samples (lock held). */
+static bool class_restrictive(const nw_class_t* k) {
+  if (k->total < ROUTE_MIN) return false;
+  uint64_t r = 0;
+  for (int i = 0; i < CLASS_CTXS; i++)
+    if (k->ctx[i] != 0 && _ca_nw_predict(k->ctx[i] - 1) == CA_MAP_RESTRICTIVE) r += k->samples[i];
+  return r * 100 >= (uint64_t)k->total * ROUTE_SHARE_PCT;
+}
+
+/* A sample of context ctx in class k; true when the class's route should change (lock held). */
+static bool note_class(uint32_t k, int ctx) {
+  nw_class_t* t = &NW.classes[k];
+  t->total++;
+  int i = 0;
+  while (i < CLASS_CTXS && t->ctx[i] != 0 && t->ctx[i] != ctx + 1) i++;
+  if (i < CLASS_CTXS) { t->ctx[i] = ctx + 1; t->samples[i]++; }
+  return class_restrictive(t) != (_ca_class_route(k) != 0);
+}
+
+/* Make the core's class routes agree with the size table.  Not under NW.lock: the restrictive
+   flavour may start the colour layer, which allocates. */
+static void update_routes(void) {
+  bool want[CA_CLASS_MAX];
+  _ca_lock(&NW.lock);
+  for (uint32_t k = 0; k < _ca_class_count; k++) want[k] = class_restrictive(&NW.classes[k]);
+  _ca_unlock(&NW.lock);
+  for (uint32_t k = 0; k < _ca_class_count; k++) {
+    uint8_t f = want[k] ? restrictive_flavour() : 0;
+    if (_ca_class_route(k) == f) continue;
+    _ca_route_class(k, f);
+    if (f != 0 && NW.protect && !_ca_protect_armed()) arm_protection();
+  }
+}
+
+/* A sampled small chunk on a page of its own, a member of its context's group in the monitor;
+   NULL when the group has no room (the core allocates the chunk as usual).  The page lies
+   inside a block of an ordinary span (_ca_malloc_page), so no mapping is made for it. */
+static void* place_member(int ctx, size_t n, ca_mapping_t m) {
+  (void)n;
+  uint64_t t0 = _ca_clock_ns(), cookie = GROUP_COOKIE | (uint64_t)ctx;
+  nw_ctx_t* c = &NW.ctx[ctx];
+  if (_ca_monitor_group_full(cookie)) return NULL;
+  _ca_lock(&NW.lock);
+  bool start = !c->group_on;
+  if (start) { c->group_on = true; c->group_predicted = m; atomic_fetch_add_explicit(&c->inflight, 1, ca_relaxed); }
+  _ca_unlock(&NW.lock);
+  void* p = _ca_malloc_page();
+  if (p != NULL) _ca_protect_release(p, CA_OS_PAGE);   /* its page will trap: never recoloured */
+  if (p != NULL && _ca_monitor_start_member(p, cookie, (size_t)_ca_sample_period, start)) {
+    bump(&NW.small_members, 1);
+  } else {
+    if (start) {
+      _ca_lock(&NW.lock);
+      c->group_on = false;
+      atomic_fetch_sub_explicit(&c->inflight, 1, ca_relaxed);
+      _ca_unlock(&NW.lock);
+    }
+    if (p != NULL) _ca_free(p);
+    p = NULL;
+    atomic_fetch_add_explicit(&NW.lost, 1, ca_relaxed);
+  }
+  atomic_fetch_add_explicit(&NW.alloc_cost_ns, _ca_clock_ns() - t0 + (p != NULL ? TOUCH_NS : 0), ca_relaxed);
+  return p;
+}
+
+/* A group's end: with a verdict, it counts as one monitored chunk of its context. */
+static void on_group_verdict(int ctx, const ca_monitor_result_t* r) {
+  nw_ctx_t* c = &NW.ctx[ctx];
+  _ca_lock(&NW.lock);
+  ca_mapping_t predicted = c->group_predicted;
+  if (c->group_on) atomic_fetch_sub_explicit(&c->inflight, 1, ca_relaxed);
+  c->group_on = false;
+  _ca_unlock(&NW.lock);
+  if (!r->judged) return;
+  ca_mapping_t before = _ca_nw_predict(ctx);
+  if (_ca_nw_verdict(ctx, predicted, r) != before) update_routes();
+}
+
 /* ---- the policy hooks -------------------------------------------------------------------- */
 static void* place(size_t n, bool zero, const void* frame, const void* ret) {
   if (busy) return NULL;                      /* the stack scan or a colour set allocating */
@@ -310,7 +424,7 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
        every size met futex words, signal stacks and kernel buffers: docs/nightwatch.md.) */
     bool watch = NW.monitor_all || (n >= NW.judged_min && _ca_nw_should_monitor(ctx) &&
                                     atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
-    if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(n, _ca_nw_budget_halves(ctx))) {
+    if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(_ca_monitor_samples(n / CA_OS_PAGE), _ca_nw_budget_halves(ctx))) {
       if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
       p = place_monitored(ctx, n, zero, m, flavour);
     }
@@ -321,17 +435,51 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
   return p;
 }
 
+/* A small chunk sampled by the core (hooks.h): noted in the size table; placed on a page of
+   its own and monitored with its context's group when the context is due. */
+static void* sample(size_t n, const void* frame, const void* ret) {
+  if (busy) return NULL;
+  busy = true;
+  void* p = NULL;
+  int ctx = _ca_nw_context_of(n, frame, ret);
+  if (ctx >= 0) {
+    nw_ctx_t* c = &NW.ctx[ctx];
+    bump(&NW.small_samples, 1);
+    _ca_lock(&NW.lock);
+    c->samples++;
+    bool reroute = note_class(_ca_size_class(n), ctx);
+    bool join = c->group_on;
+    _ca_unlock(&NW.lock);
+    if (reroute) update_routes();
+    /* a group takes every sample of its context until it is full (members must be dense for
+       their footprint to be seen); the budget is asked when a group starts, for all of it */
+    bool watch = join || ((NW.monitor_all || _ca_nw_should_monitor(ctx)) &&
+                          atomic_load_explicit(&c->inflight, ca_relaxed) == 0 &&
+                          within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx)));
+    if (watch && !_ca_nw_context_info(ctx)->in_libc) {
+      if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
+      p = place_member(ctx, n, _ca_nw_predict(ctx));
+    }
+  }
+  busy = false;
+  return p;
+}
+
 static void wait_switch(void* p) { while (atomic_load_explicit(&NW.switching, ca_acquire) == p) ca_cpu_relax(); }
 
 static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
-  (void)ev; (void)size;
+  (void)ev;
   wait_switch(p);
-  if (atomic_load_explicit(&NW.nwatched, ca_relaxed) == 0) return;
-  _ca_lock(&NW.lock);
   bool watched = false;
-  for (int i = 0; i < MAX_WATCHED; i++) if (NW.watched[i].p == p) { NW.watched[i].freeing = true; watched = true; }
-  _ca_unlock(&NW.lock);
-  if (!watched) return;
+  if (atomic_load_explicit(&NW.nwatched, ca_relaxed) != 0) {
+    _ca_lock(&NW.lock);
+    for (int i = 0; i < MAX_WATCHED; i++) if (NW.watched[i].p == p) { NW.watched[i].freeing = true; watched = true; }
+    _ca_unlock(&NW.lock);
+  }
+  if (!watched) {
+    if (size <= CA_OS_PAGE && _ca_monitor_active()) _ca_monitor_stop(p);   /* a small chunk's group member */
+    return;
+  }
   _ca_monitor_stop(p);                        /* delivers the verdict if there is one */
   _ca_lock(&NW.lock);
   for (int i = 0; i < MAX_WATCHED; i++)
@@ -340,7 +488,7 @@ static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
   wait_switch(p);
 }
 
-static const ca_policy_t policy = { place, chunk_event };
+static const ca_policy_t policy = { place, chunk_event, sample };
 
 static void fork_prepare(void) { _ca_lock(&NW.lock); }
 static void fork_release(void) { _ca_unlock(&NW.lock); }
@@ -370,6 +518,7 @@ void _ca_nightwatch_init(void) {
     _ca_policy_install(&policy);
     pthread_atfork(fork_prepare, fork_release, fork_release);
     if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
+    if (_ca_opt(CA_OPT_NIGHTWATCH_SMALL)) _ca_sample_period = (int64_t)(NW.judged_min / 16);
   }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : _ca_opt(CA_OPT_COLOURS) == 0 ? "colours=0"
                  : "under valgrind (it misexecutes instructions resumed after a page trap; nightwatch_budget=0 runs without traps)");
@@ -406,6 +555,7 @@ static void context_json(ca_buf_t* b, int i) {
   ca_buf_field_u64(b, "pred_misses", c->pred_misses);
   ca_buf_field_u64(b, "skip", c->skip);
   ca_buf_field_u64(b, "switches", c->switches);
+  ca_buf_field_u64(b, "small_samples", c->samples);
   ca_buf_str(b, "}");
 }
 
@@ -428,6 +578,13 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "run_ns", _ca_clock_ns() - NW.start_ns);
   ca_buf_field_u64(b, "restrictive", NW.restrictive);
   ca_buf_field_u64(b, "switches", NW.switches);
+  ca_buf_field_u64(b, "small_period", (uint64_t)_ca_sample_period);
+  ca_buf_field_u64(b, "small_samples", NW.small_samples);
+  ca_buf_field_u64(b, "small_members", NW.small_members);
+  ca_buf_str(b, ",\"routed_sizes\":[");
+  for (uint32_t k = 0, first = 1; k < _ca_class_count; k++)
+    if (_ca_class_route(k) != 0) { if (!first) ca_buf_char(b, ','); ca_buf_u64(b, _ca_class_size[k]); first = 0; }
+  ca_buf_str(b, "]");
   ca_buf_field_u64(b, "site_hits", st.site_hits);
   ca_buf_field_u64(b, "caller_hits", st.caller_hits);
   ca_buf_field_u64(b, "size_table_hits", st.size_hits);

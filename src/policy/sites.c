@@ -114,7 +114,13 @@ typedef struct { int ctx; uint32_t at1; uintptr_t caller; } found_t;
 static found_t scan(const void* frame, const void* ret) {
   uint64_t t0 = _ca_clock_ns();
   ca_context_t k;
+  /* the capture may allocate (pthread_getattr_np reads /proc/self/maps): those allocations are
+     the core's alone, never placed or sampled by the policy (that would scan again, inside
+     glibc's lock) */
+  bool was = _ca_no_policy;
+  _ca_no_policy = true;
   _ca_context_capture(&k, frame, ret);
+  _ca_no_policy = was;
   found_t f = { _ca_nw_context(k.hash, k.frames, k.nframes, k.in_libc), k.at1, k.nframes > 1 ? k.frames[1] : 0 };
   atomic_fetch_add_explicit(&S.scans, 1, ca_relaxed);
   atomic_fetch_add_explicit(&S.scan_ns, _ca_clock_ns() - t0, ca_relaxed);
