@@ -60,7 +60,7 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "objects up to the L2's size, 4 times the L2 in all, oldest first) that lie in "
                              "the polluter's colours to the other 7/8" },
   [CA_OPT_NIGHTWATCH_SMALL] = { "nightwatch_small", 1, 0, 1, bool_words,
-                             "NightWatch samples chunks below a page too (one per L2/16 bytes of small "
+                             "NightWatch samples chunks below a page too (one per L2/8 bytes of small "
                              "allocations, each on a page of its own, judged together per context) and "
                              "serves a size class from restrictive spans while its sampled contexts are "
                              "polluters" },

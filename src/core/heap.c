@@ -123,6 +123,7 @@ static void span_refill(ca_heap_t* h, ca_span_t* s) {
   _ca_span_collect(s);
   if (s->free == NULL && s->capacity < s->reserved) _ca_span_extend(s);
   s->installed = s->capacity - s->used;
+  h->sample_left -= (int64_t)(s->installed * s->block_size);   /* bytes the list will serve */
 }
 
 /* The first span of class c with a block ready, moving exhausted spans to the full queue. */
@@ -152,6 +153,7 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   _ca_span_init(h, s, c);
   _ca_span_extend(s);
   s->installed = s->capacity;
+  h->sample_left -= (int64_t)(s->installed * s->block_size);
   spanq_push_front(&h->queues[c], s);
   direct_update(h, c);
   return s;
@@ -167,18 +169,14 @@ static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void*
   }
   uint32_t c = _ca_size_class(n);
   bool via = routed(h, c);
-  if (_ca_sample_period != 0 && !_ca_no_policy) {
-    /* the blocks served since the last visit: a drained free list's whole fill, else this one */
-    ca_span_t* s = h->queues[c].first;
-    uint64_t blocks = n <= CA_DIRECT_MAX && !via && s != NULL && s->free == NULL && s->installed ? s->installed : 1;
-    h->sample_left -= (int64_t)(blocks * _ca_class_size[c]);
-    if (ca_unlikely(h->sample_left < 0)) {
-      h->rng ^= h->rng << 13; h->rng ^= h->rng >> 7; h->rng ^= h->rng << 17;
-      h->sample_left = _ca_sample_period / 2 + (int64_t)(h->rng % (uint64_t)_ca_sample_period);
-      const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
-      void* q = p != NULL && p->sample != NULL ? p->sample(n, frame, ret) : NULL;
-      if (q != NULL) return q;
-    }
+  /* bytes are counted as free lists are filled (span_refill), routed blocks one by one */
+  if (via) h->sample_left -= (int64_t)_ca_class_size[c];
+  if (ca_unlikely(h->sample_left < 0) && _ca_sample_period != 0 && !_ca_no_policy) {
+    h->rng ^= h->rng << 13; h->rng ^= h->rng >> 7; h->rng ^= h->rng << 17;
+    h->sample_left = _ca_sample_period / 2 + (int64_t)(h->rng % (uint64_t)_ca_sample_period);
+    const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
+    void* q = p != NULL && p->sample != NULL ? p->sample(n, frame, ret) : NULL;
+    if (q != NULL) return q;
   }
   if (!via) return NULL;
   ca_heap_t* f = _ca_heap_flavour(atomic_load_explicit(&class_route[c], ca_relaxed));

@@ -21,10 +21,10 @@
      (CA_CHUNK_RESIZE), or a block of an over-aligned span is freed (CA_CHUNK_FREE, size 0):
      the policy stops watching it.
    - sample: chunks below a page, sampled by bytes.  While `_ca_sample_period` is not 0, each
-     thread's ordinary heap counts down the bytes its small allocations take (counted on the
-     generic path: when a span's free list runs dry, for the blocks it served since it was
-     filled) and calls `sample` for the allocation that crosses a period, so each call stands
-     for about `_ca_sample_period` bytes of small allocations.  The policy may return the chunk
+     thread's ordinary heap counts down the bytes its small allocations take (counted as it
+     fills a span's free list, and block by block for a routed class) and, on the generic path,
+     calls `sample` once the count has crossed a period, so each call stands for about
+     `_ca_sample_period` bytes of small allocations.  The policy may return the chunk
      (on a page of its own: an over-aligned block, _ca_malloc_aligned) or NULL.
    Span-level mapping for small sizes: `_ca_route_class(c, flavour)` makes every ordinary
    heap serve class c from its heap of that flavour (0: back to its own spans).  A heap sees

@@ -793,17 +793,17 @@ static bool drop_oldest_gone(int g) {
 
 uint32_t _ca_monitor_group_pages(void) { return GROUP_TOTAL; }
 
-/* no room for another member: taken all it takes, or full of members still live (no lock:
-   a hint) */
-bool _ca_monitor_group_full(uint64_t cookie) {
+/* whether a member could join the group `cookie` now (or start it, when `start`); no lock:
+   a hint that spares the caller a page when the answer is no */
+bool _ca_monitor_member_room(uint64_t cookie, bool start) {
   for (int g = 0; g < MAX_GROUPS; g++) {
     if (M.groups[g].state != CH_ACTIVE || M.groups[g].cookie != cookie) continue;
-    if (M.groups[g].ev.r.pages >= GROUP_TOTAL) return true;
-    if (M.groups[g].members < GROUP_MEMBERS) return false;
-    for (int i = 0; i < MAX_CHUNKS; i++) if (M.chunks[i].state == CH_GONE && M.chunks[i].group == g) return false;
-    return true;
+    if (M.groups[g].ev.r.pages >= GROUP_TOTAL) return false;
+    if (M.groups[g].members < GROUP_MEMBERS) return true;
+    for (int i = 0; i < MAX_CHUNKS; i++) if (M.chunks[i].state == CH_GONE && M.chunks[i].group == g) return true;
+    return false;
   }
-  return false;
+  return start;
 }
 
 /* A small chunk p on a page of its own joins the group `cookie` (started when there is none

@@ -37,7 +37,7 @@ bool   _ca_monitor_start(void* p, size_t n, uint64_t cookie);
    the context's small allocations; `start`: the group may start now, else it only joins one
    running.  False when there is no room or no group to join. */
 bool   _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool start);
-bool   _ca_monitor_group_full(uint64_t cookie);     /* no room for another member (no lock) */
+bool   _ca_monitor_member_room(uint64_t cookie, bool start);   /* a member could join (no lock) */
 uint32_t _ca_monitor_group_pages(void);             /* members a group takes in all */
 /* The chunk is freed or resized: stop, give the verdict if the evidence suffices. */
 void   _ca_monitor_stop(void* p);

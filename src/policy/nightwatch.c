@@ -259,6 +259,7 @@ static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8
   _ca_unlock(&NW.lock);
   if (p == NULL) return NULL;
   _ca_protect_remove((void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1)));   /* its pages will trap */
+  uint64_t t1 = _ca_clock_ns();               /* the monitor counts its own cost (mprotect) */
   bool started = _ca_monitor_start(p, n, (uint64_t)w);
   if (!started) {
     _ca_lock(&NW.lock); unwatch(w); _ca_unlock(&NW.lock);
@@ -269,7 +270,7 @@ static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8
   /* a chunk that would have been a block of a warm span gets fresh pages as a large object:
      their first touches are the monitoring's cost too */
   uint64_t touch = n <= _ca_medium_limit ? (uint64_t)(n / CA_OS_PAGE) * TOUCH_NS : 0;
-  atomic_fetch_add_explicit(&NW.alloc_cost_ns, _ca_clock_ns() - t0 + touch, ca_relaxed);
+  atomic_fetch_add_explicit(&NW.alloc_cost_ns, t1 - t0 + touch, ca_relaxed);
   return p;
 }
 
@@ -365,13 +366,14 @@ static void* place_member(int ctx, size_t n, ca_mapping_t m) {
   (void)n;
   uint64_t t0 = _ca_clock_ns(), cookie = GROUP_COOKIE | (uint64_t)ctx;
   nw_ctx_t* c = &NW.ctx[ctx];
-  if (_ca_monitor_group_full(cookie)) return NULL;
   _ca_lock(&NW.lock);
   bool start = !c->group_on;
+  if (!_ca_monitor_member_room(cookie, start)) { _ca_unlock(&NW.lock); return NULL; }
   if (start) { c->group_on = true; c->group_predicted = m; atomic_fetch_add_explicit(&c->inflight, 1, ca_relaxed); }
   _ca_unlock(&NW.lock);
   void* p = _ca_malloc_page();
   if (p != NULL) _ca_protect_release(p, CA_OS_PAGE);   /* its page will trap: never recoloured */
+  uint64_t t1 = _ca_clock_ns();               /* the monitor counts its own cost (mprotect) */
   if (p != NULL && _ca_monitor_start_member(p, cookie, (size_t)_ca_sample_period, start)) {
     bump(&NW.small_members, 1);
   } else {
@@ -385,7 +387,7 @@ static void* place_member(int ctx, size_t n, ca_mapping_t m) {
     p = NULL;
     atomic_fetch_add_explicit(&NW.lost, 1, ca_relaxed);
   }
-  atomic_fetch_add_explicit(&NW.alloc_cost_ns, _ca_clock_ns() - t0 + (p != NULL ? TOUCH_NS : 0), ca_relaxed);
+  atomic_fetch_add_explicit(&NW.alloc_cost_ns, t1 - t0 + (p != NULL ? TOUCH_NS : 0), ca_relaxed);
   return p;
 }
 
@@ -518,7 +520,7 @@ void _ca_nightwatch_init(void) {
     _ca_policy_install(&policy);
     pthread_atfork(fork_prepare, fork_release, fork_release);
     if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
-    if (_ca_opt(CA_OPT_NIGHTWATCH_SMALL)) _ca_sample_period = (int64_t)(NW.judged_min / 16);
+    if (_ca_opt(CA_OPT_NIGHTWATCH_SMALL)) _ca_sample_period = (int64_t)(NW.judged_min / 8);
   }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : _ca_opt(CA_OPT_COLOURS) == 0 ? "colours=0"
                  : "under valgrind (it misexecutes instructions resumed after a page trap; nightwatch_budget=0 runs without traps)");
