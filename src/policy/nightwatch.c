@@ -25,12 +25,12 @@
         can evict nothing of it.  Monitored chunks join only after their verdict (their pages
         trap until then).
    Chunks below a page (option nightwatch_small) never reach `place`: the fast path stays the
-   foundation's.  The core samples them instead, one per SMALL_PERIOD bytes of a thread's small
-   allocations (hooks.h), and calls `sample`:
+   foundation's.  The core samples them instead, one per _ca_sample_period bytes (the L2 / 8) of
+   a thread's small allocations (hooks.h), and calls `sample`:
      6. the sampled chunk's context is noted in the size table (per size class: the contexts
         sampled there and how often); when the context is due for monitoring, the chunk is placed
         on a page of its own and joins its context's group in the monitor, where the sampled
-        chunks of one context are judged together, each standing for SMALL_PERIOD bytes
+        chunks of one context are judged together, each standing for the period's bytes
         (monitor.c); the group's verdict goes through the same predictor as a chunk's.
      7. span-level mapping: a size class is served from restrictive spans (the core routes the
         class to the thread's restrictive heap) while the contexts the predictor makes
@@ -72,7 +72,7 @@ typedef struct nw_ctx_s {                     /* NightWatch's view of one contex
   uint8_t           history, nverdicts;
   uint64_t          monitored, pages, hits, misses, far, unused, interference;
   uint64_t          pred_hits, pred_misses, switches;
-  uint64_t          samples;                  /* its small chunks sampled (each ~SMALL_PERIOD bytes) */
+  uint64_t          samples;                  /* its small chunks sampled (each ~_ca_sample_period bytes) */
   bool              group_on;                 /* its small chunks are being monitored as a group */
   ca_mapping_t      group_predicted;          /* the prediction when the group started */
 } nw_ctx_t;
@@ -362,8 +362,7 @@ static void update_routes(void) {
 /* A sampled small chunk on a page of its own, a member of its context's group in the monitor;
    NULL when the group has no room (the core allocates the chunk as usual).  The page lies
    inside a block of an ordinary span (_ca_malloc_page), so no mapping is made for it. */
-static void* place_member(int ctx, size_t n, ca_mapping_t m) {
-  (void)n;
+static void* place_member(int ctx, ca_mapping_t m) {
   uint64_t t0 = _ca_clock_ns(), cookie = GROUP_COOKIE | (uint64_t)ctx;
   nw_ctx_t* c = &NW.ctx[ctx];
   _ca_lock(&NW.lock);
@@ -460,7 +459,7 @@ static void* sample(size_t n, const void* frame, const void* ret) {
                           within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx)));
     if (watch && !_ca_nw_context_info(ctx)->in_libc) {
       if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
-      p = place_member(ctx, n, _ca_nw_predict(ctx));
+      p = place_member(ctx, _ca_nw_predict(ctx));
     }
   }
   busy = false;
