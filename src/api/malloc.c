@@ -135,6 +135,7 @@ ca_export void chromalloc_collect(void) {
   ca_heap_t* h = _ca_heap;
   if (h != &_ca_heap_empty) {
     _ca_heap_delayed_free(h);
+    _ca_heap_collect_flavours(h);
     _ca_segment_purge_expired(h, true);
   }
   _ca_large_collect();

@@ -89,11 +89,30 @@ void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
   /* a span of a flavour was assembled page by page (one mremap each) and would be taken apart
      the same way: a flavour heap keeps its empty spans for the next blocks of their class (a
      routed class's blocks, all freed every frame, were re-assembled every frame) until the
-     thread exits */
+     thread exits or calls chromalloc_collect / malloc_trim */
   if (h->flavour != 0) return;
   _ca_stats_span_settle(h, s, list_length(s->free));
   _ca_heap_queue_remove(h, s);
   _ca_segment_span_free(h, s);
+}
+
+/* chromalloc_collect / malloc_trim: the empty spans a thread's flavour heaps keep (see retire)
+   go back */
+void _ca_heap_collect_flavours(ca_heap_t* h) {
+  for (uint32_t f = 1; f < CA_FLAVOURS; f++) {
+    ca_heap_t* fh = h->flavours[f];
+    if (fh == NULL) continue;
+    _ca_heap_delayed_free(fh);
+    for (uint32_t c = 0; c < _ca_class_count; c++)
+      for (ca_span_t* s = fh->queues[c].first, *next; s != NULL; s = next) {
+        next = s->next;
+        _ca_span_collect(s);
+        if (s->used != 0) continue;
+        _ca_stats_span_settle(fh, s, list_length(s->free));
+        _ca_heap_queue_remove(fh, s);
+        _ca_segment_span_free(fh, s);
+      }
+  }
 }
 
 /* ---- delayed frees ---------------------------------------------------------------------------- */

@@ -213,6 +213,7 @@ void  _ca_heap_fork_prepare(void);
 void  _ca_heap_fork_parent(void);
 void  _ca_heap_fork_child(ca_heap_t* self);
 ca_heap_t* _ca_heap_flavour(uint8_t flavour);
+void   _ca_heap_collect_flavours(ca_heap_t* h);        /* their empty spans go back */
 
 /* ---- free (free.c) and large objects (large.c), aligned (aligned.c) ----------------------- */
 void   _ca_free_generic(ca_segment_t* seg, void* p) ca_noinline;

@@ -106,6 +106,9 @@ static void test_routing(void) {
   CHECK(r != NULL && flavour_of(r) == F);
   free(z); free(r);
   for (int i = 0; i < ROUTED; i++) free(p[i]);
+  CHECK(_ca_heap->flavours[F] != NULL && _ca_heap->flavours[F]->queues[c].first != NULL);   /* empty spans kept */
+  chromalloc_collect();
+  CHECK(_ca_heap->flavours[F]->queues[c].first == NULL);                                      /* and given back */
   /* another thread's routed blocks, freed here */
   pthread_t t;
   void* wrong = (void*)1;
