@@ -172,6 +172,21 @@ static bool chains(const range_table_t* T, uintptr_t pc, uintptr_t inner) {
   return t != 0 && t <= inner && inner - t < MAX_FUNC;
 }
 
+/* glibc's pthread_getattr_np allocates (calloc; fopen of /proc/self/maps for the main thread)
+   while it holds the thread's own lock.  An allocation there that the policy sampled would scan
+   the stack, and find_stack below calls pthread_getattr_np again and waits for that lock for
+   ever (java hung at start-up).  So what it allocates is never placed or sampled. */
+__attribute__((visibility("default"))) int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
+  static _Atomic(void*) next_;
+  bool was = _ca_no_policy;
+  _ca_no_policy = true;
+  void* f = atomic_load_explicit(&next_, ca_relaxed);
+  if (f == NULL) { f = dlsym(RTLD_NEXT, "pthread_getattr_np"); atomic_store_explicit(&next_, f, ca_relaxed); }
+  int r = f != NULL ? ((int (*)(pthread_t, pthread_attr_t*))f)(t, a) : ENOSYS;
+  _ca_no_policy = was;
+  return r;
+}
+
 /* this thread's stack, [stack_lo, stack_top) (stack_lo 0: the main thread's when glibc cannot
    say, open below); not learned from a signal stack */
 static void find_stack(uintptr_t sp) {

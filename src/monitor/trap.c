@@ -4,8 +4,10 @@
    action (the program dies as it would have without chromalloc).
 
    So that a program installing its own handler after chromalloc does not silently take ours
-   away, sigaction() and signal() are interposed for these two signals: the program's handler
-   is recorded as the one to chain to, and what the program reads back is its own.  The handler
+   away, sigaction() and the signal() family (signal, bsd_signal, sysv_signal and __sysv_signal,
+   which programs built with -std=c99 call, and sigset) are interposed for these two signals:
+   the program's handler is recorded as the one to chain to, and what the program reads back is
+   its own; a chained handler set with SA_RESETHAND is reset to the default when it is called.  The handler
    is installed lazily, the first time a client registers.
 
    A thread that blocks SIGSEGV cannot take a trap: the kernel kills the process at the first
@@ -23,9 +25,10 @@
 #include <string.h>
 #include <sys/syscall.h>
 
+#include <dlfcn.h>
+
 #pragma GCC visibility push(default)
 extern int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
-extern sighandler_t bsd_signal(int sig, sighandler_t fn);     /* glibc's signal() */
 #pragma GCC visibility pop
 
 #define CA_TRAP_CLIENTS 4
@@ -69,13 +72,18 @@ static void handler(int sig, siginfo_t* info, void* uctx) {
     if (retry_first(info)) { errno = e; return; }
   }
   errno = e;
-  struct sigaction* next = &chained[slot(sig)];
-  if (next->sa_flags & SA_SIGINFO) {
-    if (next->sa_sigaction != NULL) { next->sa_sigaction(sig, info, uctx); return; }
-  } else if (next->sa_handler == SIG_IGN) {
+  int k = sig == SIGBUS;                           /* installed for SIGSEGV and SIGBUS only */
+  struct sigaction next = chained[k];
+  if (next.sa_flags & SA_RESETHAND) {              /* one-shot: the default from now on */
+    memset(&chained[k], 0, sizeof chained[0]);
+    chained[k].sa_handler = SIG_DFL;
+  }
+  if (next.sa_flags & SA_SIGINFO) {
+    if (next.sa_sigaction != NULL) { next.sa_sigaction(sig, info, uctx); return; }
+  } else if (next.sa_handler == SIG_IGN) {
     return;
-  } else if (next->sa_handler != SIG_DFL && next->sa_handler != NULL) {
-    next->sa_handler(sig);
+  } else if (next.sa_handler != SIG_DFL && next.sa_handler != NULL) {
+    next.sa_handler(sig);
     return;
   }
   /* default action: restore it and return, so the faulting access raises the signal again
@@ -190,14 +198,52 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
   return r;
 }
 
-__attribute__((visibility("default")))
-sighandler_t signal(int sig, sighandler_t fn) {
-  if (slot(sig) < 0 || !atomic_load_explicit(&installed, ca_acquire)) return bsd_signal(sig, fn);
+/* The signal() family for our two signals: a sigaction with the flags and mask glibc gives
+   each; other signals, or before our handler is installed, go to glibc's own. */
+typedef sighandler_t (*signal_fn)(int, sighandler_t);
+static signal_fn glibc_fn(_Atomic(signal_fn)* f, const char* name) {
+  signal_fn g = atomic_load_explicit(f, ca_relaxed);
+  if (g == NULL) { g = (signal_fn)dlsym(RTLD_NEXT, name); atomic_store_explicit(f, g, ca_relaxed); }
+  return g;
+}
+
+static sighandler_t set_handler(int sig, sighandler_t fn, int flags, bool mask_self) {
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = fn;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = flags;
   sigemptyset(&sa.sa_mask);
+  if (mask_self) sigaddset(&sa.sa_mask, sig);
   if (sigaction(sig, &sa, &old) != 0) return SIG_ERR;
   return (old.sa_flags & SA_SIGINFO) ? (sighandler_t)(void*)old.sa_sigaction : old.sa_handler;
+}
+
+static bool ours(int sig) { return slot(sig) >= 0 && atomic_load_explicit(&installed, ca_acquire); }
+
+#define SIGNAL_LIKE(name, glibc_name, flags, mask_self) \
+  __attribute__((visibility("default"))) sighandler_t name(int sig, sighandler_t fn) { \
+    static _Atomic(signal_fn) g_; \
+    if (ours(sig)) return set_handler(sig, fn, flags, mask_self); \
+    signal_fn g = glibc_fn(&g_, glibc_name); \
+    if (g == NULL) { errno = ENOSYS; return SIG_ERR; } \
+    return g(sig, fn); \
+  }
+SIGNAL_LIKE(signal, "signal", SA_RESTART, true)
+SIGNAL_LIKE(bsd_signal, "bsd_signal", SA_RESTART, true)
+SIGNAL_LIKE(__sysv_signal, "__sysv_signal", SA_RESETHAND | SA_NODEFER, false)
+SIGNAL_LIKE(sysv_signal, "sysv_signal", SA_RESETHAND | SA_NODEFER, false)
+
+/* sigset(): SIG_HOLD would block the signal, which these two never are (see above): the
+   handler stays and the previous one is returned */
+__attribute__((visibility("default"))) sighandler_t sigset(int sig, sighandler_t fn) {
+  static _Atomic(signal_fn) g_;
+  if (ours(sig)) {
+    if (fn != SIG_HOLD) return set_handler(sig, fn, 0, false);
+    struct sigaction old;
+    sigaction(sig, NULL, &old);
+    return (old.sa_flags & SA_SIGINFO) ? (sighandler_t)(void*)old.sa_sigaction : old.sa_handler;
+  }
+  signal_fn g = glibc_fn(&g_, "sigset");
+  if (g == NULL) { errno = ENOSYS; return SIG_ERR; }
+  return g(sig, fn);
 }

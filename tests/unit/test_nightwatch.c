@@ -405,6 +405,51 @@ static void test_nested_signal(void) {
   if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) fprintf(stderr, "test_nested_signal: child status 0x%x\n", st);
 }
 
+/* The signal() family: a program built with -std=c99 calls __sysv_signal, some call
+   bsd_signal, sysv_signal or sigset.  None may take our handler away (zstd, under
+   nightwatch_monitor=1, died at the first trap: its handler got the fault), and a one-shot
+   handler (sysv: SA_RESETHAND) is called once, then the default action kills. */
+extern sighandler_t __sysv_signal(int, sighandler_t);
+extern sighandler_t bsd_signal(int, sighandler_t);
+extern sighandler_t sysv_signal(int, sighandler_t);
+extern sighandler_t sigset(int, sighandler_t);
+static volatile int* family_calls;                     /* shared with the parent */
+static void family_handler(int sig) { (*family_calls)++; }
+static void family_child(void* arg) {
+  sighandler_t (*set)(int, sighandler_t) = (sighandler_t (*)(int, sighandler_t))arg;
+  alarm(10);                                          /* a handler that fixes nothing loops */
+  mprotect(blocked_page, 4096, PROT_NONE);            /* a page a client resolves */
+  set(SIGSEGV, family_handler);
+  blocked_page[9] = 9;
+  if (*family_calls != 0 || blocked_page[9] != 9) _exit(3);
+  _exit(0);
+}
+static void oneshot_child(void* arg) {
+  char* guard = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  alarm(10);
+  __sysv_signal(SIGSEGV, family_handler);
+  *(volatile char*)guard = 1;                         /* the handler once, then the default */
+  _exit(4);
+}
+static void test_signal_family(void) {
+  family_calls = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(family_calls != MAP_FAILED && _ca_trap_register(blocked_client));
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  sighandler_t (*sets[])(int, sighandler_t) = { __sysv_signal, bsd_signal, sysv_signal, sigset, signal };
+#pragma GCC diagnostic pop
+  char err[256];
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+    *family_calls = 0;
+    int st = run_child(family_child, (void*)sets[i], err, sizeof err);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  *family_calls = 0;
+  int st = run_child(oneshot_child, NULL, err, sizeof err);
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+  CHECK_EQ(*family_calls, 1);
+}
+
 int main(void) {
   free(malloc(1));
   test_sampling_count();
@@ -417,5 +462,6 @@ int main(void) {
   test_late_fault();
   test_blocked_trap();
   test_nested_signal();
+  test_signal_family();
   return check_done("test_nightwatch");
 }
