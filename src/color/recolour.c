@@ -30,6 +30,9 @@ static _Atomic(unsigned)  recent_next;
 static bool on_fault(void* addr, int sig) {
   (void)sig;
   uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(CA_OS_PAGE - 1);
+  /* page 0 is never recoloured, and empty slots hold 0: a null-pointer fault (the JVM's
+     implicit null checks) waited on them for ever */
+  if (page == 0) return false;
   bool ours = false;
   for (int i = 0; i < INFLIGHT; i++)
     while (atomic_load_explicit(&inflight[i], ca_acquire) == page) { ours = true; sched_yield(); }

@@ -134,18 +134,19 @@ static void ours_strip(sigset_t* m) { sigdelset(m, SIGSEGV); sigdelset(m, SIGBUS
 static __thread unsigned believed __attribute__((tls_model("initial-exec")));   /* this thread's view */
 static unsigned handler_bits[_NSIG];       /* the sa_mask bits each signal's handler was set with */
 
-/* 0 or an errno value, as pthread_sigmask answers */
+/* 0 or an errno value, as pthread_sigmask answers.  The kernel reads and writes copies: the
+   program's sets may lie on a sampled page (EFAULT for the old set in a small chunk). */
 static int set_mask(int how, const sigset_t* set, sigset_t* old) {
-  sigset_t s;
+  sigset_t s, was;
   if (set != NULL) {
     s = *set;
     ours_strip(&s);
     sigdelset(&s, SIGCANCEL_);
     sigdelset(&s, SIGSETXID_);
   }
-  long r = _ca_syscall6(SYS_rt_sigprocmask, how, set != NULL ? (long)&s : 0, (long)old, _NSIG / 8, 0, 0);
+  long r = _ca_syscall6(SYS_rt_sigprocmask, how, set != NULL ? (long)&s : 0, old != NULL ? (long)&was : 0, _NSIG / 8, 0, 0);
   if (r < 0) return (int)-r;
-  if (old != NULL) ours_add(old, believed);
+  if (old != NULL) { *old = was; ours_add(old, believed); }
   if (set != NULL) {
     unsigned b = ours_in(set);
     believed = how == SIG_BLOCK ? believed | b : how == SIG_UNBLOCK ? believed & ~b : b;

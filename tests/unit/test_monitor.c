@@ -8,11 +8,15 @@
      syscall() posix_spawn,
    - a child forked while pages are being re-armed can free its monitored chunks,
    - the program's own mprotect on a sampled page works,
-   - a genuine fault reaches the program's own SIGSEGV handler, or kills it by default,
+   - a genuine fault reaches the program's own SIGSEGV handler, or kills it by default, null
+     pointer faults too after a recolouring,
+   - sigprocmask / pthread_sigmask write the old mask into a sampled small chunk,
    - allocation contexts through a shared wrapper are told apart by call site.
    Without chromalloc (the plain binary) the same checks run and must pass trivially. */
 #include "check.h"
 #include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <spawn.h>
@@ -233,6 +237,49 @@ __attribute__((noinline)) static void* wrapper(size_t n) { void* p = malloc(n); 
 __attribute__((noinline)) static void* site_a(void) { void* p = wrapper(CTX_SIZE); __asm__ volatile("" ::: "memory"); return p; }
 __attribute__((noinline)) static void* site_b(void) { void* p = wrapper(CTX_SIZE); __asm__ volatile("" ::: "memory"); return p; }
 
+/* sigprocmask / pthread_sigmask writing the old set into a fresh small chunk (a sampled one is
+   on a trapped page: the kernel wrote it and failed with EFAULT) */
+static void test_sigmask_small(void) {
+  int bad = 0;
+  for (int i = 0; i < 100000 && bad == 0; i++) {
+    sigset_t* ss = malloc(sizeof *ss);
+    bad += (i & 1 ? sigprocmask(SIG_BLOCK, NULL, ss) : pthread_sigmask(SIG_BLOCK, NULL, ss)) != 0;
+    bad += sigismember(ss, SIGSEGV) != 0;
+    free(ss);
+  }
+  CHECK_EQ(bad, 0);
+}
+
+/* A program's own null-pointer faults after chromalloc recoloured a page: the recolouring's
+   fault client waited for ever on page 0 (empty slots hold 0; the JVM's implicit null checks
+   fault there) */
+static sigjmp_buf null_jb;
+static void null_handler(int sig, siginfo_t* si, void* u) { siglongjmp(null_jb, 1); }
+static void null_child(void* arg) {
+  long (*recolour)(void*, size_t, int) = (long (*)(void*, size_t, int))dlsym(RTLD_DEFAULT, "chromalloc_recolour");
+  alarm(20);
+  if (recolour != NULL) {
+    char* big = malloc(1 << 20);
+    memset(big, 1, 1 << 20);
+    recolour(big, 1 << 16, 1);                    /* whatever it achieves, its client is registered */
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = null_handler;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, NULL);
+  int caught = 0;
+  for (int i = 0; i < 10; i++)
+    if (sigsetjmp(null_jb, 1) == 0) (void)*(volatile int*)0xc;
+    else caught++;
+  _exit(caught == 10 ? 0 : 3);
+}
+static void test_null_fault(void) {
+  char err[256];
+  int st = run_child(null_child, NULL, err, sizeof err);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static void test_contexts(void) {
   static volatile int na = 3, nb = 5;        /* loops the compiler cannot unroll into call sites */
   for (int i = 0; i < na; i++) { void* p = site_a(); memset(p, 1, CTX_SIZE); free(p); }
@@ -263,6 +310,8 @@ int main(int argc, char** argv) {
   test_chaining();
   test_default_action();
   test_contexts();
+  test_sigmask_small();
+  test_null_fault();
   if (chromalloc_version != NULL) {
     CHECK(stats_value("nightwatch", "monitored") > 10);
     CHECK(stats_value("monitor", "first_refs") > 0);     /* the pages really were trapped */
