@@ -64,6 +64,7 @@
 #include "../core/internal.h"
 #include "../core/buf.h"
 #include "../color/colour.h"
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <linux/futex.h>
@@ -167,6 +168,7 @@ static struct {
   uint64_t       first_refs, pairs, pair_hits, far, unused, expired, interference;
   uint64_t       rearms, released, no_room, verdicts, fault_ns, members, group_verdicts;
   _Atomic(uint64_t) cost_ns;          /* page protection and fault handling, all threads */
+  _Atomic(uint64_t) traced;           /* looks that found the process traced (no new traps) */
   _Atomic(uint64_t) sampled;          /* pages sampled so far */
   /* the PMU method */
   bool           use_pmu, fed;        /* judge by PMU samples; fed: samples come from tests */
@@ -734,8 +736,41 @@ uint64_t _ca_monitor_page_cost_ns(void) {
   return avg > 2 * TRAP_NS ? avg : 2 * TRAP_NS;
 }
 
+/* The TracerPid of a /proc/<pid>/status text (0: none, or not found). */
+int _ca_monitor_tracer(const char* status, size_t n) {
+  static const char key[] = "\nTracerPid:";
+  for (size_t i = 0; i + sizeof key - 1 < n; i++) {
+    if (memcmp(status + i, key, sizeof key - 1) != 0) continue;
+    int pid = 0;
+    for (i += sizeof key - 1; i < n && (status[i] == ' ' || status[i] == '\t'); i++) {}
+    for (; i < n && status[i] >= '0' && status[i] <= '9'; i++) pid = pid * 10 + (status[i] - '0');
+    return pid;
+  }
+  return 0;
+}
+
+/* A debugger or tracer sees every trap as a SIGSEGV, and gdb stops the program at each (a
+   threaded program under gdb stopped in memcpy on a sampled small chunk).  While the process is
+   traced no chunk starts being monitored by traps; looked at once per 100 ms at most, with
+   chromalloc's own system calls (no allocation). */
+static bool traced(void) {
+  static _Atomic(uint64_t) next_ms;
+  static _Atomic(bool) was;
+  uint64_t now = _ca_clock_ms();
+  if (now < atomic_load_explicit(&next_ms, ca_relaxed)) return atomic_load_explicit(&was, ca_relaxed);
+  atomic_store_explicit(&next_ms, now + 100, ca_relaxed);
+  char buf[1024];
+  long fd = _ca_syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/status", O_RDONLY | O_CLOEXEC, 0, 0, 0);
+  long got = fd >= 0 ? _ca_syscall6(SYS_read, fd, (long)buf, sizeof buf, 0, 0, 0) : -1;
+  if (fd >= 0) _ca_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+  bool t = got > 0 && _ca_monitor_tracer(buf, (size_t)got) != 0;
+  if (t) atomic_fetch_add_explicit(&M.traced, 1, ca_relaxed);
+  atomic_store_explicit(&was, t, ca_relaxed);
+  return t;
+}
+
 bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
-  if (!M.trap_ok || (!M.use_pmu && _ca_async_io())) return false;
+  if (!M.trap_ok || (!M.use_pmu && (_ca_async_io() || traced()))) return false;
   uintptr_t lo = ((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
   uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(CA_OS_PAGE - 1);
   if (hi <= lo) return false;
@@ -812,7 +847,7 @@ bool _ca_monitor_member_room(uint64_t cookie, bool start) {
 /* A small chunk p on a page of its own joins the group `cookie` (started when there is none
    and `start`), standing for `stride` bytes of its context's small allocations. */
 bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool start) {
-  if (!M.trap_ok || M.use_pmu || _ca_async_io() || ((uintptr_t)p & (CA_OS_PAGE - 1)) != 0) return false;
+  if (!M.trap_ok || M.use_pmu || _ca_async_io() || ((uintptr_t)p & (CA_OS_PAGE - 1)) != 0 || traced()) return false;
   ensure_thread();
   if (atomic_load_explicit(&M.thread_pid, ca_acquire) != getpid()) return false;
   uint64_t now_ns = _ca_clock_ns();
@@ -965,6 +1000,7 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "released_pages", M.released);
   ca_buf_field_u64(b, "chunks_without_room", M.no_room);
   ca_buf_field_u64(b, "verdicts", M.verdicts);
+  ca_buf_field_u64(b, "traced_looks", atomic_load_explicit(&M.traced, ca_relaxed));
   ca_buf_field_u64(b, "small_members", M.members);
   ca_buf_field_u64(b, "group_verdicts", M.group_verdicts);
   ca_buf_field_u64(b, "fault_handling_ns", M.fault_ns);

@@ -38,6 +38,18 @@ static ca_monitor_result_t verdict(bool polluter, uint32_t hits, uint32_t misses
   return r;
 }
 
+/* no chunk starts being trapped while a debugger traces the process: TracerPid is read from
+   /proc/self/status */
+static void test_tracer(void) {
+  static const char traced[] = "Name:\tprog2\nUmask:\t0022\nState:\tt (tracing stop)\nTgid:\t77\nPid:\t77\nPPid:\t76\nTracerPid:\t4242\nUid:\t0\n";
+  static const char free_[] = "Name:\tprog2\nState:\tR (running)\nPPid:\t1\nTracerPid:\t0\nUid:\t0\n";
+  static const char none[] = "Name:\tprog2\nState:\tR (running)\n";
+  CHECK_EQ(_ca_monitor_tracer(traced, sizeof traced - 1), 4242);
+  CHECK_EQ(_ca_monitor_tracer(free_, sizeof free_ - 1), 0);
+  CHECK_EQ(_ca_monitor_tracer(none, sizeof none - 1), 0);
+  CHECK_EQ(_ca_monitor_tracer(traced, 40), 0);              /* cut before the line */
+}
+
 static void test_predictor(void) {
   _ca_nw_reset();
   uintptr_t fa[2] = { 0x1000, 0x2000 }, fb[2] = { 0x3000, 0x2000 };
@@ -454,6 +466,7 @@ int main(void) {
   free(malloc(1));
   test_sampling_count();
   test_pair_rule();
+  test_tracer();
   test_predictor();
   test_sites();
   test_signal_stack();
