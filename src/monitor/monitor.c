@@ -823,9 +823,8 @@ static bool drop_oldest_gone(int g) {
     if (m->state == CH_GONE && m->group == g && (old == NULL || m->s[0].last_ref < old->s[0].last_ref)) old = m;
   }
   if (old == NULL) return false;
-  settle_gone(g, 0, false);
-  old->state = CH_FREE;
-  M.groups[g].members--;
+  settle_gone(g, _ca_clock_ms(), false);     /* its unused test first; may drop it (expired) */
+  if (old->state == CH_GONE) { old->state = CH_FREE; M.groups[g].members--; }
   return true;
 }
 
