@@ -27,6 +27,7 @@
    site, so `new` does not make one context of all. */
 #define _GNU_SOURCE
 #include "context.h"
+#include "next.h"
 #include "../core/internal.h"
 #include "../core/buf.h"
 #include <dlfcn.h>
@@ -177,12 +178,10 @@ static bool chains(const range_table_t* T, uintptr_t pc, uintptr_t inner) {
    the stack, and find_stack below calls pthread_getattr_np again and waits for that lock for
    ever (java hung at start-up).  So what it allocates is never placed or sampled. */
 __attribute__((visibility("default"))) int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
-  static _Atomic(void*) next_;
   bool was = _ca_no_policy;
-  _ca_no_policy = true;
-  void* f = atomic_load_explicit(&next_, ca_relaxed);
-  if (f == NULL) { f = dlsym(RTLD_NEXT, "pthread_getattr_np"); atomic_store_explicit(&next_, f, ca_relaxed); }
-  int r = f != NULL ? ((int (*)(pthread_t, pthread_attr_t*))f)(t, a) : ENOSYS;
+  _ca_no_policy = true;                      /* before the lookup too: dlsym may allocate */
+  int (*f)(pthread_t, pthread_attr_t*) = NEXT(int (*)(pthread_t, pthread_attr_t*), pthread_getattr_np);
+  int r = f != NULL ? f(t, a) : ENOSYS;
   _ca_no_policy = was;
   return r;
 }

@@ -44,6 +44,7 @@
    __pwrite64, __send), else dlsym(RTLD_NEXT) on first use - never during allocator start-up. */
 #define _GNU_SOURCE
 #include "monitor.h"
+#include "next.h"
 #include "../core/internal.h"
 #include "../color/colour.h"
 #include <dirent.h>
@@ -108,9 +109,6 @@ static void release_msg(const struct msghdr* m) {
   release(m->msg_control, m->msg_controllen);
 }
 
-/* the next definition of `name`, looked up once */
-#define NEXT(type, name) ((type)({ static _Atomic(void*) f_; void* f = atomic_load_explicit(&f_, ca_relaxed); \
-    if (f == NULL) { f = dlsym(RTLD_NEXT, #name); atomic_store_explicit(&f_, f, ca_relaxed); } f; }))
 
 #define PATH_BYTES 4096                       /* PATH_MAX: a path is released whole */
 static inline void path(const char* p) { if (p != NULL) release(p, PATH_BYTES); }

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 
-#include <dlfcn.h>
+#include "next.h"
 
 #pragma GCC visibility push(default)
 extern int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
@@ -202,10 +202,9 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
 /* The signal() family for our two signals: a sigaction with the flags and mask glibc gives
    each; other signals, or before our handler is installed, go to glibc's own. */
 typedef sighandler_t (*signal_fn)(int, sighandler_t);
-static signal_fn glibc_fn(_Atomic(signal_fn)* f, const char* name) {
-  signal_fn g = atomic_load_explicit(f, ca_relaxed);
-  if (g == NULL) { g = (signal_fn)dlsym(RTLD_NEXT, name); atomic_store_explicit(f, g, ca_relaxed); }
-  return g;
+
+static sighandler_t handler_of(const struct sigaction* a) {
+  return (a->sa_flags & SA_SIGINFO) ? (sighandler_t)(void*)a->sa_sigaction : a->sa_handler;
 }
 
 static sighandler_t set_handler(int sig, sighandler_t fn, int flags, bool mask_self) {
@@ -216,35 +215,31 @@ static sighandler_t set_handler(int sig, sighandler_t fn, int flags, bool mask_s
   sigemptyset(&sa.sa_mask);
   if (mask_self) sigaddset(&sa.sa_mask, sig);
   if (sigaction(sig, &sa, &old) != 0) return SIG_ERR;
-  return (old.sa_flags & SA_SIGINFO) ? (sighandler_t)(void*)old.sa_sigaction : old.sa_handler;
+  return handler_of(&old);
 }
 
 static bool ours(int sig) { return slot(sig) >= 0 && atomic_load_explicit(&installed, ca_acquire); }
 
-#define SIGNAL_LIKE(name, glibc_name, flags, mask_self) \
+static sighandler_t glibc(signal_fn g, int sig, sighandler_t fn) {
+  if (g == NULL) { errno = ENOSYS; return SIG_ERR; }
+  return g(sig, fn);
+}
+
+#define SIGNAL_LIKE(name, flags, mask_self) \
   __attribute__((visibility("default"))) sighandler_t name(int sig, sighandler_t fn) { \
-    static _Atomic(signal_fn) g_; \
-    if (ours(sig)) return set_handler(sig, fn, flags, mask_self); \
-    signal_fn g = glibc_fn(&g_, glibc_name); \
-    if (g == NULL) { errno = ENOSYS; return SIG_ERR; } \
-    return g(sig, fn); \
+    return ours(sig) ? set_handler(sig, fn, flags, mask_self) : glibc(NEXT(signal_fn, name), sig, fn); \
   }
-SIGNAL_LIKE(signal, "signal", SA_RESTART, true)
-SIGNAL_LIKE(bsd_signal, "bsd_signal", SA_RESTART, true)
-SIGNAL_LIKE(__sysv_signal, "__sysv_signal", SA_RESETHAND | SA_NODEFER, false)
-SIGNAL_LIKE(sysv_signal, "sysv_signal", SA_RESETHAND | SA_NODEFER, false)
+SIGNAL_LIKE(signal, SA_RESTART, true)
+SIGNAL_LIKE(bsd_signal, SA_RESTART, true)
+SIGNAL_LIKE(__sysv_signal, SA_RESETHAND | SA_NODEFER, false)
+SIGNAL_LIKE(sysv_signal, SA_RESETHAND | SA_NODEFER, false)
 
 /* sigset(): SIG_HOLD would block the signal, which these two never are (see above): the
    handler stays and the previous one is returned */
 __attribute__((visibility("default"))) sighandler_t sigset(int sig, sighandler_t fn) {
-  static _Atomic(signal_fn) g_;
-  if (ours(sig)) {
-    if (fn != SIG_HOLD) return set_handler(sig, fn, 0, false);
-    struct sigaction old;
-    sigaction(sig, NULL, &old);
-    return (old.sa_flags & SA_SIGINFO) ? (sighandler_t)(void*)old.sa_sigaction : old.sa_handler;
-  }
-  signal_fn g = glibc_fn(&g_, "sigset");
-  if (g == NULL) { errno = ENOSYS; return SIG_ERR; }
-  return g(sig, fn);
+  if (!ours(sig)) return glibc(NEXT(signal_fn, sigset), sig, fn);
+  if (fn != SIG_HOLD) return set_handler(sig, fn, 0, false);
+  struct sigaction old;
+  sigaction(sig, NULL, &old);
+  return handler_of(&old);
 }
