@@ -605,6 +605,10 @@ static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released };
 static void fork_child(void) {
   /* the child's pooled pages are copies: their frames (colours) are not the parent's */
   atomic_store_explicit(&L.lock.v, 0, ca_relaxed);
+  /* the worker does not exist here: it may have held the wake-up lock, or slept on the
+     condition, at the fork (a child that asked for stock then waited on that lock for ever) */
+  pthread_mutex_init(&L.wake_lock, NULL);
+  pthread_cond_init(&L.wake, NULL);
   for (int i = 1; i <= CA_COLOUR_SETS; i++) L.sets[i].pool.count = 0;
   L.worker_running = false;
   _ca_protect_fork_child();

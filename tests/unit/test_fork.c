@@ -2,7 +2,11 @@
    blocks) without pause while the main thread forks; each child allocates heavily, frees
    blocks the parent allocated before the fork (including ones owned by threads that do not
    exist in the child), starts a thread of its own, and exits cleanly.  A child that deadlocks
-   on an allocator lock held at fork time is caught by the alarm. */
+   on an allocator lock held at fork time is caught by the alarm.
+   Then the colour layer's wake-up lock: a thread asks for colour stock without pause (each ask
+   takes the lock that the colour worker sleeps on) while the main thread forks, and each child
+   asks too.  A child that inherited the lock held hung there (seen once in CI as a stuck
+   child of the first part: the worker itself had the lock). */
 #include "check.h"
 #include <execinfo.h>
 #include <pthread.h>
@@ -59,6 +63,43 @@ static int child_work(void* parent_block) {
   return 0;
 }
 
+extern int chromalloc_colours(unsigned, unsigned, unsigned, unsigned) __attribute__((weak));
+extern int chromalloc_colours_prepare(int, size_t, int) __attribute__((weak));
+
+static void* ask_stock(void* arg) {
+  int set = (int)(intptr_t)arg;
+  while (!atomic_load(&stop)) chromalloc_colours_prepare(set, 4096, 0);
+  return NULL;
+}
+
+static int colour_child(int set) {
+  signal(SIGALRM, on_alarm);
+  alarm(20);
+  for (int i = 0; i < 10; i++) chromalloc_colours_prepare(set, 4096, 0);
+  return 0;
+}
+
+static void test_colour_fork(void) {
+  int set = chromalloc_colours != NULL ? chromalloc_colours(0, 0, 1, 8) : -1;
+  if (set < 0) { fprintf(stderr, "test_fork: no colour layer here (%s): its lock not checked\n", strerror(errno)); return; }
+  atomic_store(&stop, false);
+  pthread_t t;
+  pthread_create(&t, NULL, ask_stock, (void*)(intptr_t)set);
+  int ok = 0;
+  enum { FORKS = 200 };
+  for (int k = 0; k < FORKS; k++) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(colour_child(set));
+    int status;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ok++;
+    else { fprintf(stderr, "colour child %d: status 0x%x\n", k, status); break; }
+  }
+  atomic_store(&stop, true);
+  pthread_join(t, NULL);
+  CHECK_EQ(ok, FORKS);
+}
+
 int main(void) {
   require_chromalloc("test_fork");
   void* warm[1];
@@ -80,5 +121,6 @@ int main(void) {
   for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 64; i++) free(atomic_exchange(&shared[i], NULL));
   CHECK_EQ(ok, 40);
+  test_colour_fork();
   return check_done("test_fork");
 }
