@@ -2,17 +2,17 @@
 """NightWatch benchmark: does chromalloc's pollution control protect victims, and at what cost?
 
   python3 bench/nightwatch.py [--reps 5] [--quick] [--chromalloc PATH] [--out DIR]
-                              [--only frames,requests,messages,neutral,victims]
+                              [--only frames,requests,messages,packets,neutral,victims]
                               [--skip corun,foundation,mimalloc] [--corun-seconds 2] [--settle 20]
 
 Programs: pv (bench/nightwatch/pv.c, built here with cc -std=c11 -O2) and the foundation
 suite of bench/run.py (bench/src/*.c, with run.py's own build function), all built into
 build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
 
-  workloads   pv frames / requests / messages (polluter workloads: a hot victim plus data
-              streamed once from their own call sites, in big buffers or, in messages, in many
-              2 KiB chunks), neutral and victims (no polluter), and the victim alone
-              (frames-alone, requests-alone, messages-alone: pv --no-polluter, the best case),
+  workloads   pv frames / requests / messages / packets (polluter workloads: a hot victim plus
+              data streamed once from their own call sites, in big buffers or, in messages and
+              packets, in many 2 KiB or 32 KiB chunks), neutral and victims (no polluter), and the victim alone
+              (frames-alone, requests-alone, messages-alone, packets-alone: pv --no-polluter, the best case),
               each under glibc, mimalloc, chromalloc-off (CHROMALLOC_OPTIONS=nightwatch=0),
               chromalloc-on (nightwatch=1, the default) and chromalloc-monitor
               (nightwatch=1,nightwatch_monitor=1: every chunk monitored, for the prediction
@@ -66,16 +66,17 @@ LIB = ROOT / "build" / "libchromalloc.so"
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 RESULTS = ROOT / "bench" / "results"
 
-WORKLOADS = ["frames", "requests", "messages", "neutral", "victims"]
-POLLUTED = ["frames", "requests", "messages"]   # the polluter workloads
+WORKLOADS = ["frames", "requests", "messages", "packets", "neutral", "victims"]
+POLLUTED = ["frames", "requests", "messages", "packets"]   # the polluter workloads
 CLEAN = ["neutral", "victims"]               # no polluter: must not slow down
-ALONE = {"frames-alone": "frames", "requests-alone": "requests", "messages-alone": "messages"}
+ALONE = {"frames-alone": "frames", "requests-alone": "requests", "messages-alone": "messages",
+         "packets-alone": "packets"}
 FOUNDATION = ["churn", "mixed", "large", "larson"]
 CONFIGS = ["glibc", "mimalloc", "chromalloc-off", "chromalloc-on", "chromalloc-monitor"]
 CORUN_CONFIGS = ["glibc", "chromalloc-off", "chromalloc-on"]
 # expected roles of pv's allocation sites (function names), for the context check
 POLLUTER_SITES = ["frame_buffer", "stream_frame", "read_body", "render_response", "msg_alloc",
-                  "stream_messages"]
+                  "pkt_alloc", "stream_chunks"]
 VICTIM_SITES = ["victim_alloc", "session_scratch", "index_buckets", "index_node", "work_buffer",
                 "scratch_chunk", "table_a", "table_b", "table_c", "table_d"]
 
@@ -409,13 +410,15 @@ def contexts_of(runs):
 
 def workloads_experiment(br, cfgs, reps, quick, settle_ms):
     extra = {"frames": ["--frames=150"], "requests": ["--frames=120"], "messages": ["--frames=120"],
+             "packets": ["--frames=120"], "packets-alone": ["--frames=120"],
              "neutral": ["--frames=400"], "victims": ["--frames=4000"], "frames-alone": ["--frames=150"],
              "requests-alone": ["--frames=120"], "messages-alone": ["--frames=120"]} if quick else \
         {"frames-alone": ["--frames=3000"], "requests-alone": ["--frames=3000"],   # cheap: more samples
-         "messages-alone": ["--frames=3000"],
+         "messages-alone": ["--frames=3000"], "packets-alone": ["--frames=3000"],
          # long enough for the policy to learn within its budget: monitoring one chunk costs
          # 5-40 ms here, and monitoring may take 0.5% of the run: two verdicts need seconds
-         "frames": ["--frames=6000"], "requests": ["--frames=6000"], "messages": ["--frames=6000"]}
+         "frames": ["--frames=6000"], "requests": ["--frames=6000"], "messages": ["--frames=6000"],
+         "packets": ["--frames=6000"]}
     def args(w, cfg):
         """the settle phase is for NightWatch's colour worker: pv waits until chromalloc's
         restrictive pool is stocked (at most settle_ms); the other configurations, and the

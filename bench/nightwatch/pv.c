@@ -1,6 +1,6 @@
 /* pv: polluter/victim workloads for the NightWatch policy (bench/nightwatch.py).
    A *victim* is hot data (a structure looked up again and again, small enough for the L2); a
-   *polluter* is a chunk (>= 4 KiB; in messages many small ones from one context) whose data is
+   *polluter* is a chunk (>= 4 KiB; in messages and packets many from one context) whose data is
    streamed once.  NightWatch learns from the allocation context (call stack) of a chunk whether
    it is a polluter and gives new chunks of polluter contexts pages of 1/8 of the L2 colours, so
    that streaming them evicts little of the victim.  Every victim phase is a dependent chase
@@ -23,6 +23,9 @@
                (default 1536: 768 messages, 3x the L2), each malloc'd by msg_alloc() from one call
                site and written fully, then all read once (summed); then one lap of chained
                lookups in the index is timed, and the messages are freed at the end of the frame.
+     packets   as messages, with 32 KiB chunks (a page or more, below the L2: judged in groups
+               as small chunks are, and placed one by one): 48 packets per frame by default,
+               3x the L2.
      neutral   no polluter: per iteration (--frames, 2400) four 32 KiB work buffers reused over
                8 passes, plus 32 scratch chunks of 8 KiB each written and read 4 times; the
                passes over the work buffers are the timed phase (ns per 64-byte line).
@@ -40,7 +43,7 @@
    machine (512 KiB, 8 ways, shared with the host's other hardware thread) a chase of 128-192 KiB
    alone ran at L2 speed, 256 KiB often did not; the index of requests takes more room than its
    nodes (glibc puts a 64-byte node in 80 bytes).
-   --no-polluter (frames, requests, messages): skip the polluter buffers: the victim alone, the
+   --no-polluter (frames, requests, messages, packets): skip the polluter buffers: the victim alone, the
    best case.
    --confine (frames, under chromalloc): the frame buffer from the first 1/8 of the L2 colours,
    asked for with chromalloc_malloc_coloured: what restrictive mapping can do here at best.
@@ -48,13 +51,13 @@
    (with --confine: a pollute buffer as ROCS has it, where nothing else uses the polluter's
    colours; NightWatch's open mapping is ordinary memory, which has 1/8 of its pages there).
    --seed=N changes the data (and the checksum).
-   --settle-ms=N (frames, requests, messages, neutral, victims): sleep N ms after the first 20
+   --settle-ms=N (frames, requests, messages, packets, neutral, victims): sleep N ms after the first 20
    frames, which are then left out of the statistics, as is the sleep from total_s: the steady
    state of an allocator whose background work (chromalloc's colour worker) needs an idle
    moment.  Under chromalloc with NightWatch on (found with dlsym: chromalloc_option("nightwatch")
    == 1), the idle moment ends as soon as the restrictive colour set (1/8 of the L2) has a
    polluter chunk's worth of pages in stock (chromalloc_colours_prepare), at most N ms
-   (messages: a frame's messages, which are all live at once).
+   (messages, packets: a frame's chunks, which are all live at once).
 
    Output, one line: RESULT <workload> victim_ns=<median over frames of ns per lookup>
      victim_ns_p10=.. victim_ns_p90=.. total_s=<the workload loop> victim_s=<timed phases>
@@ -74,7 +77,7 @@
    that the compiler cannot fold two identical bodies into one (-O2 does identical code folding),
    which would merge their innermost return addresses.  bench/nightwatch.py maps the contexts in
    chromalloc's statistics back to these names with nm. */
-enum { S_FRAME, S_VICTIM, S_REQ, S_NODE, S_BUCKETS, S_MSG, S_WORK, S_SCRATCH, S_TA, S_TB, S_TC, S_TD, S_N };
+enum { S_FRAME, S_VICTIM, S_REQ, S_NODE, S_BUCKETS, S_MSG, S_PKT, S_WORK, S_SCRATCH, S_TA, S_TB, S_TC, S_TD, S_N };
 static unsigned long site_calls[S_N];
 #define SITE(k) (site_calls[k]++)
 
@@ -437,9 +440,10 @@ static void run_requests(void) {
   report(opt_no_polluter ? "requests-alone" : "requests", &s, skipped(), total, check, 1);
 }
 
-/* ---- messages: many small chunks from one context, streamed once; the index as victim ----- */
+/* ---- messages, packets: many chunks below the L2 from one context, streamed once ---------- */
 
 #define MSG_BYTES 2048                               /* below a page: a small chunk */
+#define PKT_BYTES 32768                              /* a page or more, below the L2 */
 
 NOINLINE static uint64_t* msg_alloc(void) {
   SITE(S_MSG);
@@ -447,26 +451,33 @@ NOINLINE static uint64_t* msg_alloc(void) {
   return check_alloc(p, MSG_BYTES);
 }
 
-/* one frame's messages: each allocated (the one call site of msg_alloc) and written, then all
-   read once; they stay live until free_messages at the end of the frame */
-NOINLINE static uint64_t stream_messages(uint64_t** msg, size_t m, uint64_t frame) {
+NOINLINE static uint64_t* pkt_alloc(void) {
+  SITE(S_PKT);
+  uint64_t* p = malloc(PKT_BYTES);
+  return check_alloc(p, PKT_BYTES);
+}
+
+/* one frame's chunks of `bytes` (messages or packets): each allocated (the one call site of
+   msg_alloc or pkt_alloc) and written, then all read once; they stay live until free_chunks at
+   the end of the frame */
+NOINLINE static uint64_t stream_chunks(uint64_t** msg, size_t m, size_t bytes, uint64_t frame) {
   for (size_t i = 0; i < m; i++) {
-    msg[i] = msg_alloc();
-    fill(msg[i], MSG_BYTES / 8, mix64(frame * m + i));
+    msg[i] = bytes == MSG_BYTES ? msg_alloc() : pkt_alloc();
+    fill(msg[i], bytes / 8, mix64(frame * m + i));
   }
   uint64_t s = 0;
-  for (size_t i = 0; i < m; i++) s += sum(msg[i], MSG_BYTES / 8);
+  for (size_t i = 0; i < m; i++) s += sum(msg[i], bytes / 8);
   return s;
 }
 
-static void free_messages(uint64_t** msg, size_t m) {
+static void free_chunks(uint64_t** msg, size_t m) {
   for (size_t i = 0; i < m; i++) free(msg[i]);
 }
 
-static void run_messages(void) {
+static void run_messages(size_t bytes, const char* name) {
   size_t vkib = (size_t)def(opt_victim_kib, 128), bkib = (size_t)def(opt_buf_kib, 1536);
   long frames = def_count(opt_frames, 1500);
-  size_t m = bkib * 1024 / MSG_BYTES;               /* messages per frame */
+  size_t m = bkib * 1024 / bytes;                   /* chunks per frame */
   if (m < 1) m = 1;
   rng_t r = rng_seed((uint64_t)opt_seed);
   index_t x = make_index(vkib, &r);
@@ -476,17 +487,19 @@ static void run_messages(void) {
   samples_t s = samples((size_t)frames);
   uint64_t t0 = now_ns();
   for (long f = 0; f < frames; f++) {
-    settle(f, &t0, opt_no_polluter ? 0 : m * MSG_BYTES);
-    if (!opt_no_polluter) check += stream_messages(msg, m, (uint64_t)f);
+    settle(f, &t0, opt_no_polluter ? 0 : m * bytes);
+    if (!opt_no_polluter) check += stream_chunks(msg, m, bytes, (uint64_t)f);
     uint64_t a = now_ns();
     check += lookup_chain(x.buckets, x.nb - 1, &key, n);
     sample(&s, now_ns() - a, n);
-    if (!opt_no_polluter) free_messages(msg, m);
+    if (!opt_no_polluter) free_chunks(msg, m);
   }
   double total = (double)(now_ns() - t0) * 1e-9;
   free(msg);
   free_index(&x);
-  report(opt_no_polluter ? "messages-alone" : "messages", &s, skipped(), total, check, 1);
+  char label[32];
+  snprintf(label, sizeof label, "%s%s", name, opt_no_polluter ? "-alone" : "");
+  report(label, &s, skipped(), total, check, 1);
 }
 
 /* ---- neutral: chunks with reuse only ------------------------------------------------------ */
@@ -624,7 +637,7 @@ static void run_victim(void) {
 
 int main(int argc, char** argv) {
   bench_name = "pv";
-  if (argc < 2) fail("usage: pv frames|requests|messages|neutral|victims|polluter|victim [--victim-kib=N] "
+  if (argc < 2) fail("usage: pv frames|requests|messages|packets|neutral|victims|polluter|victim [--victim-kib=N] "
                      "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--no-polluter] [--pin]");
   parse_options(argc, argv);
   if (opt_pin) {                      /* this thread only; threads started later inherit it */
@@ -636,7 +649,8 @@ int main(int argc, char** argv) {
   const char* w = argv[1];
   if (strcmp(w, "frames") == 0) run_frames();
   else if (strcmp(w, "requests") == 0) run_requests();
-  else if (strcmp(w, "messages") == 0) run_messages();
+  else if (strcmp(w, "messages") == 0) run_messages(MSG_BYTES, "messages");
+  else if (strcmp(w, "packets") == 0) run_messages(PKT_BYTES, "packets");
   else if (strcmp(w, "neutral") == 0) run_neutral();
   else if (strcmp(w, "victims") == 0) run_victims();
   else if (strcmp(w, "polluter") == 0) run_polluter();

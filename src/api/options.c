@@ -60,10 +60,10 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "objects up to the L2's size, 4 times the L2 in all, oldest first) that lie in "
                              "the polluter's colours to the other 7/8" },
   [CA_OPT_NIGHTWATCH_SMALL] = { "nightwatch_small", 1, 0, 1, bool_words,
-                             "NightWatch samples chunks below a page too (one per L2/8 bytes of small "
-                             "allocations, each on a page of its own, judged together per context) and "
-                             "serves a size class from restrictive spans while its sampled contexts are "
-                             "polluters" },
+                             "NightWatch judges chunks below the L2 too, sampled by bytes (one per L2/8 "
+                             "bytes of a context's allocations, each on pages of its own, judged together "
+                             "per context), and serves a size class below a page from restrictive spans "
+                             "while its sampled contexts are polluters" },
 };
 
 long _ca_options[CA_OPT_COUNT];

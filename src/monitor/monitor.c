@@ -127,27 +127,32 @@ typedef struct mchunk_s {
   bool      pending;       /* gone member: referenced once, not yet judged unused */
   bool      warm;          /* member: joined after the group had seen the L2's worth of
                               members, so the footprint after its references is seen */
-  uint64_t  gone_ms;
+  uint64_t  joined_ns, gone_ns;   /* member: joined, freed (0: live) */
   evidence_t own, *ev;     /* ev: own, or the group's */
   bool      traps;         /* pages protected (else judged by PMU samples) */
   sample_t  s[MAX_SAMPLES];
 } mchunk_t;
 
-/* Small chunks (below a page) are sampled per allocation context, each on a page of its own
-   (the paper page-aligns sampled small chunks), and judged together: a group is one context's
-   members, each standing for `stride` bytes of the context's small allocations (the sampling
-   period), so its footprint between a pair's two references is (members referenced in between
-   + 1) x stride, by the same pair rule as a chunk's.  A member freed after one reference stays
-   in the group (CH_GONE) for GONE_MS: its reference still counts in the footprint, and it is
-   an unused miss once the group has streamed more than the L2 after it.  A group sees only the
-   members sampled since it started: the first L2 / stride members only mark footprint, and
-   only members that join after them are judged (a group started late in a pass over 3 MiB
-   of messages saw a few of them and judged every pair a hit).  When a group is full, its
-   oldest gone member makes room. */
+/* Chunks below the L2 cannot stream more than the L2 by themselves, so they are judged per
+   allocation context, together: a group is one context's members, each one page standing for
+   `stride` bytes: a sampled small chunk (below a page) on a page of its own (the paper
+   page-aligns sampled small chunks) stands for the sampling period's bytes of the context's
+   small allocations; a chunk of a page or more (below the L2, with pages of its own) is a
+   member by its first page and stands for its size.  A pair's footprint is what the members
+   referenced between its two references stood for, plus the page's own stride, by the same
+   pair rule as a chunk's.  A member freed after one reference stays in the group (CH_GONE) for
+   GONE_MS: its reference still counts in the footprint, and it is an unused miss once the
+   members referenced after it stood for more than the L2.  Only members that joined while it
+   was live count for that: one that joined after its free may have had its memory (a buffer
+   freed and allocated again, one at a time, stays in the cache whatever the group streams in
+   all).  A group sees only the members sampled since it started: the first L2's worth only
+   mark footprint, and only members that join after them are judged (a group started late in a
+   pass over 3 MiB of messages saw a few of them and judged every pair a hit).  When a group is
+   full, its oldest gone member makes room. */
 typedef struct mgroup_s {
   int       state;         /* CH_FREE, CH_ACTIVE, CH_VERDICT */
   uint64_t  cookie;
-  size_t    stride;
+  uint64_t  bytes;         /* what its members stood for, all that joined */
   uint32_t  members;       /* chunks in the group (active or gone) */
   uint64_t  joined_ms;     /* the latest member's start */
   evidence_t ev;
@@ -193,8 +198,8 @@ uint32_t _ca_monitor_samples(size_t pages) {
 }
 
 /* ---- the pair rule (pure: tests drive it) ------------------------------------------------- */
-bool _ca_monitor_judge(uint32_t between, size_t stride, size_t l2) {
-  return ((uint64_t)between + 1) * stride <= l2;
+bool _ca_monitor_judge(uint64_t between, size_t stride, size_t l2) {
+  return between + stride <= l2;
 }
 
 /* ---- the timed reload ---------------------------------------------------------------------- */
@@ -319,17 +324,18 @@ static void count(mchunk_t* c, bool hit) {
   M.pairs++;
 }
 
-/* sampled pages of the chunk (of its group: its members, live or gone) referenced after `s` was */
-static uint32_t referenced_since(const mchunk_t* c, const sample_t* s) {
-  uint32_t n = 0;
+/* Bytes the chunk's other sampled pages stood for that were referenced after `s` was: of its
+   group, the members, live or gone, that joined while c was live */
+static uint64_t referenced_since(const mchunk_t* c, const sample_t* s) {
+  uint64_t n = 0;
   if (c->group < 0) {
     for (uint32_t i = 0; i < c->nsamples; i++) if (&c->s[i] != s && c->s[i].last_ref > s->last_ref) n++;
-    return n;
+    return n * c->stride;
   }
   for (int i = 0; i < MAX_CHUNKS; i++) {
     const mchunk_t* m = &M.chunks[i];
     if ((m->state == CH_ACTIVE || m->state == CH_GONE) && m->group == c->group && &m->s[0] != s &&
-        m->s[0].last_ref > s->last_ref) n++;
+        m->s[0].last_ref > s->last_ref && (c->gone_ns == 0 || m->joined_ns < c->gone_ns)) n += m->stride;
   }
   return n;
 }
@@ -383,7 +389,7 @@ static void settle_gone(int g, uint64_t now_ms, bool all) {
     if (m->pending && !_ca_monitor_judge(referenced_since(m, &m->s[0]), m->stride, M.l2)) {
       count(m, false); m->ev->r.unused++; M.unused++; m->pending = false;
     }
-    if (all || now_ms - m->gone_ms > GONE_MS) { m->state = CH_FREE; M.groups[g].members--; }
+    if (all || now_ms - m->gone_ns / 1000000 > GONE_MS) { m->state = CH_FREE; M.groups[g].members--; }
   }
 }
 
@@ -433,7 +439,7 @@ static void sleep_monitor(int seq, uint64_t ns) {
 /* ---- the fault handler's client ----------------------------------------------------------- */
 static void judge(mchunk_t* c, sample_t* s) {
   if (c->group >= 0 && !c->warm) return;
-  uint32_t between = referenced_since(c, s);
+  uint64_t between = referenced_since(c, s);
   bool timed = atomic_load_explicit(&M.measured, ca_acquire) && M.threshold != 0;
   uint64_t ticks = timed ? chase(page_of(c, s), s->line) : 0;
   bool hit = _ca_monitor_judge(between, c->stride, M.l2);
@@ -537,13 +543,15 @@ static void deliver(void) {
 }
 
 /* A group with nothing left to learn (no member page still sampled, no gone member waiting
-   for its unused test) and no new member for GROUP_IDLE_MS ends with what it has. */
+   for its unused test while members may still join) and no new member for GROUP_IDLE_MS ends
+   with what it has. */
 static bool group_idle(int g, uint64_t now_ms) {
   if (now_ms - M.groups[g].joined_ms < GROUP_IDLE_MS) return false;
+  bool full = M.groups[g].ev.r.pages >= GROUP_TOTAL;
   for (int i = 0; i < MAX_CHUNKS; i++) {
     const mchunk_t* m = &M.chunks[i];
     if (m->group != g) continue;
-    if ((m->state == CH_ACTIVE && m->done < m->nsamples) || (m->state == CH_GONE && m->pending)) return false;
+    if ((m->state == CH_ACTIVE && m->done < m->nsamples) || (m->state == CH_GONE && m->pending && !full)) return false;
   }
   return true;
 }
@@ -868,19 +876,21 @@ bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool star
   }
   if (g < 0) {
     g = free_g;
-    M.groups[g] = (mgroup_t){ .state = CH_ACTIVE, .cookie = cookie, .stride = stride };
+    M.groups[g] = (mgroup_t){ .state = CH_ACTIVE, .cookie = cookie };
     atomic_fetch_add_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
   }
   mgroup_t* gr = &M.groups[g];
   c->lo = (uintptr_t)p; c->hi = (uintptr_t)p + CA_OS_PAGE; c->p = p; c->n = CA_OS_PAGE; c->cookie = cookie;
-  c->nsamples = 1; c->done = 0; c->stride = gr->stride;
+  c->nsamples = 1; c->done = 0; c->stride = stride;
   c->group = g; c->ev = &gr->ev; c->pending = false; c->traps = true;
-  c->warm = (uint64_t)gr->ev.r.pages * gr->stride >= M.l2;
+  c->warm = gr->bytes >= M.l2;
+  c->joined_ns = now_ns; c->gone_ns = 0;
   c->s[0] = (sample_t){ .index = 0, .state = PG_ARMED_FIRST, .t = now_ns };
   if (protect(p, PROT_NONE) != 0) { c->s[0].state = PG_DONE; c->done = 1; }
   c->state = CH_ACTIVE;
   gr->members++;
   gr->ev.r.pages++;
+  gr->bytes += stride;
   gr->joined_ms = now_ns / 1000000;
   M.members++;
   atomic_fetch_add_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
@@ -897,7 +907,7 @@ static void member_gone(mchunk_t* c) {
   atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
   if (s->last_ref == 0) { c->state = CH_FREE; M.groups[c->group].members--; return; }
   c->state = CH_GONE;
-  c->gone_ms = _ca_clock_ms();
+  c->gone_ns = _ca_clock_ns();
 }
 
 /* Take the lock with no re-protection in flight (see rearm).  Not for the fault handler. */
@@ -1000,7 +1010,7 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "chunks_without_room", M.no_room);
   ca_buf_field_u64(b, "verdicts", M.verdicts);
   ca_buf_field_u64(b, "traced_looks", atomic_load_explicit(&M.traced, ca_relaxed));
-  ca_buf_field_u64(b, "small_members", M.members);
+  ca_buf_field_u64(b, "group_members", M.members);
   ca_buf_field_u64(b, "group_verdicts", M.group_verdicts);
   ca_buf_field_u64(b, "fault_handling_ns", M.fault_ns);
   ca_buf_field_u64(b, "pmu_rings", (uint64_t)atomic_load_explicit(&M.nrings, ca_relaxed));

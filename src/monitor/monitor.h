@@ -32,9 +32,10 @@ void   _ca_monitor_init(ca_verdict_fn verdict);
 /* Start sampling a chunk (whole pages inside [p, p + n)); false when there is no room, no
    whole page, or the monitor is still measuring the machine. */
 bool   _ca_monitor_start(void* p, size_t n, uint64_t cookie);
-/* A chunk below a page, alone on its page p, joins the group `cookie` (one allocation
-   context's sampled small chunks, judged together: monitor.c), standing for `stride` bytes of
-   the context's small allocations; `start`: the group may start now, else it only joins one
+/* A chunk below the L2 joins the group `cookie` (one allocation context's chunks below the
+   L2, judged together: monitor.c) with its page p, standing for `stride` bytes: a sampled small
+   chunk alone on p, for the context's small allocations of a sampling period; a larger chunk
+   starting at p, for its size.  `start`: the group may start now, else it only joins one
    running.  False when there is no room or no group to join. */
 bool   _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool start);
 bool   _ca_monitor_member_room(uint64_t cookie, bool start);   /* a member could join (no lock) */
@@ -55,9 +56,10 @@ uint64_t _ca_monitor_cost_ns(void);                 /* time spent protecting pag
 uint64_t _ca_monitor_page_cost_ns(void);            /* of that, per sampled page (average) */
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */
 uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk of `pages` */
-/* The pair rule: `between` other sampled pages of the chunk were referenced between the pair's
-   two references, each standing for `stride` bytes: a hit when that footprint fits the L2. */
-bool   _ca_monitor_judge(uint32_t between, size_t stride, size_t l2);
+/* The pair rule: the chunk's other sampled pages referenced between the pair's two references
+   stood for `between` bytes, the page itself for `stride`: a hit when that footprint fits the
+   L2. */
+bool   _ca_monitor_judge(uint64_t between, size_t stride, size_t l2);
 void   _ca_monitor_stats_json(struct ca_buf_s* b);
 /* The PMU method: sampled loads with the level that served them (pmu.h), attributed to the
    chunks being monitored.  Tests call _ca_monitor_use_samples() before the monitor starts to

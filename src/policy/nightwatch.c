@@ -6,14 +6,15 @@
      1. context: sites.c names it from the call site or the size, else by a stack scan.
      2. prediction: restrictive only when the context's last two monitored chunks were
         polluters; a first chunk, unknown or mixed evidence -> open.
-     3. sampling (chunks of at least the L2's size: a smaller one is always judged normal,
-        so its pages are never trapped): a context monitors its next chunk when its countdown runs out; the skip
+     3. sampling: a context monitors its next chunk when its countdown runs out; the skip
         interval doubles after a correct prediction (up to SKIP_MAX) and falls back to 0 after
         a wrong one.  A monitored chunk is a large object (own pages) given its predicted
         mapping; the monitor (monitor/monitor.c) samples it and hands back a verdict.  A
         context monitors one chunk at a time, and monitoring as a whole stays within its
         budget (option nightwatch_budget, per mille of the run time: page protection and
-        faults, measured, plus the extra cost of allocating monitored chunks apart).
+        faults, measured, plus the extra cost of allocating monitored chunks apart).  A chunk
+        below the L2 cannot stream more than the L2 by itself: it joins its context's group
+        instead (6), by its first page.
      4. a live chunk switches mapping at most once, by recolouring: to restrictive when its
         verdict makes its context restrictive (two polluter verdicts), back to open when its
         verdict is normal, and only when it has lived SWITCH_AGE_MS (short-lived chunks are not
@@ -30,7 +31,8 @@
      6. the sampled chunk's context is noted in the size table (per size class: the contexts
         sampled there and how often); when the context is due for monitoring, the chunk is placed
         on a page of its own and joins its context's group in the monitor, where the sampled
-        chunks of one context are judged together, each standing for the period's bytes
+        chunks of one context are judged together, each standing for the period's bytes, next
+        to the context's chunks of a page or more below the L2, each standing for its size
         (monitor.c); the group's verdict goes through the same predictor as a chunk's.
      7. span-level mapping: a size class is served from restrictive spans (the core routes the
         class to the thread's restrictive heap) while the contexts the predictor makes
@@ -73,7 +75,8 @@ typedef struct nw_ctx_s {                     /* NightWatch's view of one contex
   uint64_t          monitored, pages, hits, misses, far, unused, interference;
   uint64_t          pred_hits, pred_misses, switches;
   uint64_t          samples;                  /* its small chunks sampled (each ~_ca_sample_period bytes) */
-  bool              group_on;                 /* its small chunks are being monitored as a group */
+  bool              group_on;                 /* its chunks below the L2 are being monitored as a group */
+  uint64_t          member_bytes;             /* `bytes` when its next chunk of a page or more may join */
   ca_mapping_t      group_predicted;          /* the prediction when the group started */
 } nw_ctx_t;
 
@@ -102,10 +105,11 @@ static struct {
   _Atomic(void*)    switching;                /* chunk being recoloured (free waits) */
   int               restrict_id, open_id;     /* colour sets: 0 = not yet, -1 = unavailable */
   bool              monitor_ready;
+  bool              groups;                   /* chunks below the L2 are judged in groups (nightwatch_small) */
   uint64_t          start_ns, budget_pm;
   size_t            judged_min;               /* bytes: smaller chunks are not monitored (the L2) */
   nw_class_t        classes[CA_CLASS_MAX];    /* under lock */
-  _Atomic(uint64_t) small_samples, small_members;
+  _Atomic(uint64_t) small_samples, small_members, medium_members;
   char              off_reason[96];
   _Atomic(uint64_t) chunks, monitored, restrictive, switches, lost, over_budget, alloc_cost_ns;
   _Atomic(uint64_t) next_ok_ms[4];            /* the budget allows nothing before (coarse clock),
@@ -234,6 +238,10 @@ static bool within_budget(uint32_t pages, int halves) {
 /* ---- monitored chunks -------------------------------------------------------------------- */
 static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_result_t* r);
 
+static void monitor_ready(void) {
+  if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
+}
+
 static void unwatch(int w) {
   atomic_fetch_sub_explicit(&NW.ctx[NW.watched[w].ctx].inflight, 1, ca_relaxed);
   NW.watched[w].p = NULL;
@@ -359,10 +367,12 @@ static void update_routes(void) {
   }
 }
 
-/* A sampled small chunk on a page of its own, a member of its context's group in the monitor;
-   NULL when the group has no room (the core allocates the chunk as usual).  The page lies
-   inside a block of an ordinary span (_ca_malloc_page), so no mapping is made for it. */
-static void* place_member(int ctx, ca_mapping_t m) {
+/* A member of its context's group in the monitor; NULL when the group has no room (the core
+   allocates the chunk as usual).  A sampled small chunk (n below a page) gets a page of its
+   own inside a block of an ordinary span (_ca_malloc_page), so no mapping is made for it; a
+   chunk of a page or more gets pages of its own (a large object, of its predicted flavour) and
+   is a member by its first page. */
+static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t flavour) {
   uint64_t t0 = _ca_clock_ns(), cookie = GROUP_COOKIE | (uint64_t)ctx;
   nw_ctx_t* c = &NW.ctx[ctx];
   _ca_lock(&NW.lock);
@@ -370,11 +380,16 @@ static void* place_member(int ctx, ca_mapping_t m) {
   if (!_ca_monitor_member_room(cookie, start)) { _ca_unlock(&NW.lock); return NULL; }
   if (start) { c->group_on = true; c->group_predicted = m; atomic_fetch_add_explicit(&c->inflight, 1, ca_relaxed); }
   _ca_unlock(&NW.lock);
-  void* p = _ca_malloc_page();
-  if (p != NULL) _ca_protect_release(p, CA_OS_PAGE);   /* its page will trap: never recoloured */
+  bool small = n < CA_OS_PAGE;
+  void* p = small ? _ca_malloc_page() : alloc_mapped(n, zero, flavour, true);
+  if (p != NULL && small) _ca_protect_release(p, CA_OS_PAGE);   /* its page will trap: never recoloured */
+  if (p != NULL && !small) _ca_protect_remove(p);
   uint64_t t1 = _ca_clock_ns();               /* the monitor counts its own cost (mprotect) */
-  if (p != NULL && _ca_monitor_start_member(p, cookie, (size_t)_ca_sample_period, start)) {
-    bump(&NW.small_members, 1);
+  /* with every chunk monitored, every one joins and stands for itself */
+  size_t period = (size_t)_ca_sample_period, stride = small ? period : NW.monitor_all || n >= period ? n : period;
+  if (p != NULL && _ca_monitor_start_member(p, cookie, stride, start)) {
+    bump(small ? &NW.small_members : &NW.medium_members, 1);
+    if (!small) c->member_bytes = atomic_load_explicit(&c->bytes, ca_relaxed) + stride - n;
   } else {
     if (start) {
       _ca_lock(&NW.lock);
@@ -386,8 +401,20 @@ static void* place_member(int ctx, ca_mapping_t m) {
     p = NULL;
     atomic_fetch_add_explicit(&NW.lost, 1, ca_relaxed);
   }
-  atomic_fetch_add_explicit(&NW.alloc_cost_ns, t1 - t0 + (p != NULL ? TOUCH_NS : 0), ca_relaxed);
+  /* a chunk that would have been a block of a warm span gets fresh pages: their first touches
+     are the monitoring's cost too */
+  uint64_t touch = p == NULL ? 0 : small ? TOUCH_NS : (uint64_t)(n / CA_OS_PAGE) * TOUCH_NS;
+  atomic_fetch_add_explicit(&NW.alloc_cost_ns, t1 - t0 + touch, ca_relaxed);
   return p;
+}
+
+/* A context's chunk below the L2 joins its group: always while the group is on (members must be
+   dense for their footprint to be seen), else when the context is due and the budget allows a
+   whole group */
+static bool group_due(int ctx, bool join) {
+  return join || ((NW.monitor_all || _ca_nw_should_monitor(ctx)) &&
+                  atomic_load_explicit(&NW.ctx[ctx].inflight, ca_relaxed) == 0 &&
+                  within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx)));
 }
 
 /* A group's end: with a verdict, it counts as one monitored chunk of its context. */
@@ -419,15 +446,21 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
     if (m == CA_MAP_RESTRICTIVE) { bump(&c->restrictive, 1); bump(&NW.restrictive, 1); }
     /* glibc fills its own buffers (stdio, directory streams) through internal system calls
        that cannot be interposed: a sampled page there would make them fail with EFAULT */
-    /* a chunk smaller than the L2 cannot stream more than the L2 by itself: the pair rule judges
-       it normal whatever it does (monitor.c), and its context stays open, as a normal verdict
-       would leave it.  So it is not monitored: its pages never trap.  (Traps in chunks of
-       every size met futex words, signal stacks and kernel buffers: docs/nightwatch.md.) */
-    bool watch = NW.monitor_all || (n >= NW.judged_min && _ca_nw_should_monitor(ctx) &&
-                                    atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
-    if (watch && !_ca_nw_context_info(ctx)->in_libc && within_budget(_ca_monitor_samples(n / CA_OS_PAGE), _ca_nw_budget_halves(ctx))) {
-      if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
-      p = place_monitored(ctx, n, zero, m, flavour);
+    /* a chunk smaller than the L2 cannot stream more than the L2 by itself: it is judged with
+       its context's other chunks below the L2, as a member of their group (monitor.c) */
+    bool in_libc = _ca_nw_context_info(ctx)->in_libc;
+    if (n >= NW.judged_min) {
+      bool watch = NW.monitor_all || (_ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
+      if (watch && !in_libc && within_budget(_ca_monitor_samples(n / CA_OS_PAGE), _ca_nw_budget_halves(ctx))) {
+        monitor_ready();
+        p = place_monitored(ctx, n, zero, m, flavour);
+      }
+    } else if (NW.groups && !in_libc && (!c->group_on || NW.monitor_all || atomic_load_explicit(&c->bytes, ca_relaxed) >= c->member_bytes) &&
+               group_due(ctx, c->group_on)) {
+      /* while its group is on, one chunk per sampling period of the context's bytes joins, as
+         small chunks are sampled: a group then spans several L2s of the context's chunks */
+      monitor_ready();
+      p = place_member(ctx, n, zero, m, flavour);
     }
     if (p == NULL && flavour != 0) p = alloc_mapped(n, zero, flavour, false);
     if (flavour != 0 && NW.protect && !_ca_protect_armed()) arm_protection();
@@ -452,14 +485,9 @@ static void* sample(size_t n, const void* frame, const void* ret) {
     bool join = c->group_on;
     _ca_unlock(&NW.lock);
     if (reroute) update_routes();
-    /* a group takes every sample of its context until it is full (members must be dense for
-       their footprint to be seen); the budget is asked when a group starts, for all of it */
-    bool watch = join || ((NW.monitor_all || _ca_nw_should_monitor(ctx)) &&
-                          atomic_load_explicit(&c->inflight, ca_relaxed) == 0 &&
-                          within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx)));
-    if (watch && !_ca_nw_context_info(ctx)->in_libc) {
-      if (!NW.monitor_ready) { _ca_monitor_init(on_verdict); NW.monitor_ready = true; }
-      p = place_member(ctx, _ca_nw_predict(ctx));
+    if (!_ca_nw_context_info(ctx)->in_libc && group_due(ctx, join)) {
+      monitor_ready();
+      p = place_member(ctx, n, false, _ca_nw_predict(ctx), 0);
     }
   }
   busy = false;
@@ -478,7 +506,7 @@ static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
     _ca_unlock(&NW.lock);
   }
   if (!watched) {
-    if (size <= CA_OS_PAGE && _ca_monitor_active()) _ca_monitor_stop(p);   /* a small chunk's group member */
+    if (size < NW.judged_min && _ca_monitor_active()) _ca_monitor_stop(p);   /* a group's member */
     return;
   }
   _ca_monitor_stop(p);                        /* delivers the verdict if there is one */
@@ -519,7 +547,8 @@ void _ca_nightwatch_init(void) {
     _ca_policy_install(&policy);
     pthread_atfork(fork_prepare, fork_release, fork_release);
     if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
-    if (_ca_opt(CA_OPT_NIGHTWATCH_SMALL)) _ca_sample_period = (int64_t)(NW.judged_min / 8);
+    NW.groups = _ca_opt(CA_OPT_NIGHTWATCH_SMALL) != 0;
+    if (NW.groups) _ca_sample_period = (int64_t)(NW.judged_min / 8);
   }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : _ca_opt(CA_OPT_COLOURS) == 0 ? "colours=0"
                  : "under valgrind (it misexecutes instructions resumed after a page trap; nightwatch_budget=0 runs without traps)");
@@ -582,6 +611,7 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "small_period", (uint64_t)_ca_sample_period);
   ca_buf_field_u64(b, "small_samples", NW.small_samples);
   ca_buf_field_u64(b, "small_members", NW.small_members);
+  ca_buf_field_u64(b, "medium_members", NW.medium_members);
   ca_buf_str(b, ",\"routed_sizes\":[");
   for (uint32_t k = 0, first = 1; k < _ca_class_count; k++)
     if (_ca_class_route(k) != 0) { if (!first) ca_buf_char(b, ','); ca_buf_u64(b, _ca_class_size[k]); first = 0; }

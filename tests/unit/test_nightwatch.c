@@ -25,12 +25,13 @@ static void test_sampling_count(void) {
 
 /* the pair rule: a hit while the chunk's own footprint between the references fits the L2 */
 static void test_pair_rule(void) {
-  size_t l2 = 2 << 20;
+  size_t l2 = 2 << 20, k = 1024;
   CHECK(_ca_monitor_judge(0, 4096, l2));                   /* reused before anything else */
-  CHECK(_ca_monitor_judge(36, 28 * 1024, l2));             /* a 1 MiB victim: all 37 samples */
-  CHECK(_ca_monitor_judge(63, 32 * 1024, l2));             /* exactly the L2 */
-  CHECK(!_ca_monitor_judge(64, 32 * 1024, l2));            /* one sample more */
-  CHECK(!_ca_monitor_judge(89, 45 * 1024, l2));            /* a 4 MiB frame streamed over */
+  CHECK(_ca_monitor_judge(36 * 28 * k, 28 * k, l2));       /* a 1 MiB victim: all 37 samples */
+  CHECK(_ca_monitor_judge(63 * 32 * k, 32 * k, l2));       /* exactly the L2 */
+  CHECK(!_ca_monitor_judge(64 * 32 * k, 32 * k, l2));      /* one sample more */
+  CHECK(!_ca_monitor_judge(89 * 45 * k, 45 * k, l2));      /* a 4 MiB frame streamed over */
+  CHECK(!_ca_monitor_judge(l2, 4096, l2));                 /* group members of any sizes */
 }
 
 static ca_monitor_result_t verdict(bool polluter, uint32_t hits, uint32_t misses) {

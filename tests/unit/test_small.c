@@ -126,10 +126,10 @@ static void test_routing(void) {
 }
 
 /* ---- the monitor's groups ----------------------------------------------------------------- */
-static _Atomic(int) got[3];
-static ca_monitor_result_t result[3];
+static _Atomic(int) got[5];
+static ca_monitor_result_t result[5];
 static void on_verdict(void* chunk, size_t n, uint64_t cookie, const ca_monitor_result_t* r) {
-  if (chunk != NULL || cookie < 1 || cookie > 2) return;
+  if (chunk != NULL || cookie < 1 || cookie > 4) return;
   result[cookie] = *r;
   atomic_store(&got[cookie], 1);
 }
@@ -183,8 +183,35 @@ static void test_groups(void) {
   }
   CHECK(atomic_load(&got[2]) && result[2].judged && !result[2].polluter);
   CHECK(result[2].hits >= 4 && result[2].misses == 0);
-  fprintf(stderr, "groups: streamed %u hits %u misses, reused %u hits %u misses (sum %ld)\n",
-          result[1].hits, result[1].misses, result[2].hits, result[2].misses, sum);
+  /* recycled: each member written once and freed before the next joins (a buffer allocated
+     again and again, in the same memory when it is not sampled): 2.5 L2s in all, but never
+     more than one live, so nothing is an unused miss */
+  for (int i = 0; i < MEMBERS; i++) {
+    volatile char* b = _ca_malloc_page();
+    CHECK(b != NULL && _ca_monitor_start_member((void*)b, 4, stride, true));
+    memset((void*)b, i, 2048);
+    sleep_ms(1);
+    _ca_monitor_stop((void*)b);                     /* as NightWatch's free hook does */
+    free((void*)b);
+  }
+  (void)(wait_verdict(4) || wait_verdict(4));              /* gone members count for GONE_MS (1 s) */
+  CHECK(!result[4].polluter && result[4].misses == 0);
+  /* members of any size: 12 chunks of L2 / 4 (their first pages) streamed, one L2 of them
+     warm: polluter */
+  static char* big[12];
+  for (int i = 0; i < 12; i++) {
+    big[i] = _ca_large_alloc(l2_bytes() / 4, 4096, false, 0);   /* as NightWatch places a member */
+    CHECK(big[i] != NULL && ((uintptr_t)big[i] & 4095) == 0 && _ca_monitor_start_member(big[i], 3, l2_bytes() / 4, true));
+  }
+  for (int i = 0; i < 12; i++) memset(big[i], i, l2_bytes() / 4);
+  sleep_ms(20);
+  for (int i = 0; i < 12; i++) sum += big[i][100];
+  CHECK(wait_verdict(3));
+  CHECK(result[3].judged && result[3].polluter);
+  for (int i = 0; i < 12; i++) free(big[i]);
+  fprintf(stderr, "groups: streamed %u hits %u misses, reused %u hits %u misses, recycled %u misses (judged %d), "
+          "large members %u hits %u misses (sum %ld)\n", result[1].hits, result[1].misses, result[2].hits,
+          result[2].misses, result[4].misses, result[4].judged, result[3].hits, result[3].misses, sum);
 }
 
 /* ---- NightWatch end to end ---------------------------------------------------------------- */
@@ -253,6 +280,46 @@ static void test_nightwatch(void) {
   free(msg);
 }
 
+/* Chunks of a page or more below the L2 (every one monitored, as group members): a context
+   whose 32 KiB packets, 3 L2s of them per pass, are written and then read is a polluter, and
+   its new packets come from restrictive memory; a context that allocates a 24 KiB buffer, uses
+   it and frees it before the next (as much in all) stays open. */
+__attribute__((noinline)) static char* packet_alloc(void) { char* p = malloc(32768); __asm__ volatile("" : : "r"(p) : "memory"); return p; }
+__attribute__((noinline)) static char* scratch_alloc(void) { char* p = malloc(24576); __asm__ volatile("" : : "r"(p) : "memory"); return p; }
+
+static void test_medium(void) {
+  size_t per_pass = 3 * l2_bytes() / 32768;
+  char** pkt = malloc(per_pass * sizeof *pkt);
+  static volatile long sum;
+  size_t restrictive = 0, scratch_restrictive = 0;
+  int pass = 0, check_pass = -1;
+  for (; pass < 400 && check_pass < 0; pass++) {
+    size_t r = 0;
+    for (size_t i = 0; i < per_pass; i++) { pkt[i] = packet_alloc(); memset(pkt[i], (int)i, 32768); r += _ca_segment_of(pkt[i])->flavour != 0; }
+    for (size_t i = 0; i < per_pass; i++) for (size_t j = 0; j < 32768; j += 64) sum += pkt[i][j];
+    for (size_t i = 0; i < per_pass; i++) free(pkt[i]);
+    for (size_t i = 0; i < per_pass * 4 / 3; i++) {
+      char* b = scratch_alloc();
+      memset(b, (int)i, 24576);
+      sum += b[i & 4095];
+      scratch_restrictive += _ca_segment_of(b)->flavour != 0;
+      free(b);
+    }
+    if (r == per_pass) { check_pass = pass; restrictive = r; }
+  }
+  if (_ca_policy == NULL) {
+    fprintf(stderr, "test_small: NightWatch turned itself off (no colour layer here): medium chunks not checked\n");
+    free(pkt);
+    return;
+  }
+  fprintf(stderr, "nightwatch: packets restrictive from pass %d (%zu of %zu), scratch buffers restrictive %zu; "
+          "%lld medium members\n", check_pass, restrictive, per_pass, scratch_restrictive,
+          stats_value("nightwatch", "medium_members"));
+  CHECK(check_pass >= 0);
+  CHECK_EQ(scratch_restrictive, 0);
+  free(pkt);
+}
+
 int main(int argc, char** argv) {
   const char* opts = getenv("CHROMALLOC_OPTIONS");
   if (argc < 2) {
@@ -278,5 +345,6 @@ int main(int argc, char** argv) {
   }
   test_getattr();
   test_nightwatch();
+  test_medium();
   return check_done("test_small (nightwatch)");
 }
