@@ -162,6 +162,8 @@ void* _ca_colour_slot(void);                /* a parking address for a page whos
 void  _ca_colour_keep_frame(int id, void* slot);   /* parked page -> set id's pool (id 0: slot unused) */
 void  _ca_colour_stats_json(ca_buf_t* b);
 long  _ca_recolour(void* p, size_t len, int id, int keep);   /* keep: set whose pool takes the old frames (0: none) */
+void  _ca_recolour_fork_hold(void);      /* fork: wait for pages in flight, start none */
+void  _ca_recolour_fork_release(void);
 void  _ca_colour_protect_default(void);
 int   _ca_colour_reserve(int id);
 void  _ca_colour_reserve_first(int id);    /* a coloured allocation from set id: maybe reserve it */

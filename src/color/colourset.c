@@ -609,6 +609,7 @@ static void fork_child(void) {
      condition, at the fork (a child that asked for stock then waited on that lock for ever) */
   pthread_mutex_init(&L.wake_lock, NULL);
   pthread_cond_init(&L.wake, NULL);
+  _ca_recolour_fork_release();
   for (int i = 1; i <= CA_COLOUR_SETS; i++) L.sets[i].pool.count = 0;
   L.worker_running = false;
   _ca_protect_fork_child();
@@ -616,11 +617,15 @@ static void fork_child(void) {
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
 }
 
+static void fork_parent(void) { _ca_recolour_fork_release(); }
+
 static void install_hooks(void) {
   static _Atomic(bool) done;
   if (atomic_exchange(&done, true)) return;
   _ca_hooks_install(&colour_hooks);
-  pthread_atfork(NULL, NULL, fork_child);
+  /* registered after the core's: its prepare runs first, before any allocator lock is taken
+     (a page in flight needs only this layer's lock to land) */
+  pthread_atfork(_ca_recolour_fork_hold, fork_parent, fork_child);
 }
 
 /* Record ordinary spans and large objects, from now on, to be kept out of a colour set once a

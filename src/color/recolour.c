@@ -9,7 +9,12 @@
    fault the handler waits out like the others.
 
    What this cannot cover: a system call (read(2) into the page, say) made during the few
-   microseconds of the copy fails with EFAULT instead of faulting. */
+   microseconds of the copy fails with EFAULT instead of faulting.
+
+   fork(): a child must not inherit a page in the middle of a move (read-only, or unmapped
+   between the two moves, by a thread the child does not have: its first write waited for ever).
+   The fork waits until no page is in flight and none starts before it is done
+   (_ca_recolour_fork_hold / _ca_recolour_fork_release, colourset.c's fork handlers). */
 #define _GNU_SOURCE
 #include "colour.h"
 #include "../monitor/trap.h"
@@ -23,6 +28,7 @@ static _Atomic(uintptr_t) inflight[INFLIGHT];        /* pages being recoloured *
 static _Atomic(uintptr_t) recent[64];                 /* pages recoloured in the last moments */
 static _Atomic(uint64_t)  recent_ms[64];
 static _Atomic(unsigned)  recent_next;
+static _Atomic(bool)      forking;                    /* a fork waits: no new page in flight */
 
 /* A fault on a page being recoloured waits for it; one on a page recoloured within the last
    50 ms is retried (the thread faulted during the copy and woke after it).  Anything else is
@@ -66,6 +72,14 @@ static bool swap_in(void* fresh, void* page, int keep) {
   return false;
 }
 
+void _ca_recolour_fork_hold(void) {
+  atomic_store(&forking, true);
+  for (int i = 0; i < INFLIGHT; i++)
+    while (atomic_load(&inflight[i]) != 0) sched_yield();
+}
+
+void _ca_recolour_fork_release(void) { atomic_store(&forking, false); }
+
 long _ca_recolour(void* p, size_t len, int id, int keep) {
   static _Atomic(bool) registered;
   if (!atomic_exchange(&registered, true)) _ca_trap_register(on_fault);
@@ -78,11 +92,16 @@ long _ca_recolour(void* p, size_t len, int id, int keep) {
     if (fresh == NULL) break;
     uint64_t t0 = _ca_clock_ns();
     int slot = -1;
-    while (slot < 0)
+    while (slot < 0) {
       for (int i = 0; i < INFLIGHT && slot < 0; i++) {
         uintptr_t zero = 0;
         if (atomic_compare_exchange_strong(&inflight[i], &zero, (uintptr_t)page)) slot = i;
       }
+      /* the slot first, then the fork's flag: a fork that set it before sees this slot taken
+         and waits, one that sets it after waits too (both sequentially consistent) */
+      if (slot >= 0 && atomic_load(&forking)) { atomic_store(&inflight[slot], 0); slot = -1; }
+      if (slot < 0) sched_yield();
+    }
     bool ok = protect(page, PROT_READ);
     if (ok) {
       memcpy(fresh, page, CA_OS_PAGE);

@@ -521,6 +521,8 @@ static const ca_policy_t policy = { place, chunk_event, sample };
 
 static void fork_prepare(void) { _ca_lock(&NW.lock); }
 static void fork_release(void) { _ca_unlock(&NW.lock); }
+/* the thread switching a chunk's mapping is not in the child: its free must not wait for it */
+static void fork_child(void) { atomic_store_explicit(&NW.switching, NULL, ca_relaxed); fork_release(); }
 
 /* Valgrind runs the program on a JIT that does not resume a faulting instruction the way the
    CPU does: a memset over a page that a SIGSEGV handler makes writable leaves wrong bytes (199
@@ -545,7 +547,7 @@ void _ca_nightwatch_init(void) {
     _ca_nw_sites_init();
     _ca_context_init();
     _ca_policy_install(&policy);
-    pthread_atfork(fork_prepare, fork_release, fork_release);
+    pthread_atfork(fork_prepare, fork_release, fork_child);
     if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
     NW.groups = _ca_opt(CA_OPT_NIGHTWATCH_SMALL) != 0;
     if (NW.groups) _ca_sample_period = (int64_t)(NW.judged_min / 8);

@@ -3,7 +3,8 @@
    whether or not colours can be controlled here; when the layer becomes ready, a second set
    registered while the first is being stocked is stocked too, coloured blocks really are of
    the set's colours (a live check independent of how they were chosen)
-   and recolouring keeps a concurrently written page's data.  Run again with colours=0 and with
+   and recolouring keeps a concurrently written page's data, and a child forked meanwhile can
+   write every page.  Run again with colours=0 and with
    a machine profile that says colours are not controllable: the same program keeps working
    with ordinary memory. */
 #include "check.h"
@@ -73,6 +74,45 @@ static atomic_bool stop;
 static volatile unsigned long* counter;
 static unsigned long rounds;
 static void* writer(void* arg) { while (!atomic_load(&stop)) { (*counter)++; rounds++; } return arg; }
+
+/* fork() while another thread recolours pages: a child that inherited a page in the middle of
+   its move (read-only, or unmapped between two moves) waited for ever at its first write there */
+enum { RPAGES = 16 };
+static char* rbuf;
+static void* recolourer(void* arg) {
+  int set = (int)(intptr_t)arg;
+  while (!atomic_load(&stop))
+    if (chromalloc_recolour(rbuf, RPAGES * 4096, set) == 0) chromalloc_colours_prepare(set, RPAGES * 4096, 100);
+  return NULL;
+}
+static int write_pages(void) {
+  alarm(10);
+  for (int i = 0; i < RPAGES; i++) {
+    if (rbuf[i * 4096 + 5] != (char)i) return 1;
+    rbuf[i * 4096] = 1;
+  }
+  return 0;
+}
+static void recolour_fork(int set) {
+  rbuf = aligned_alloc(4096, RPAGES * 4096);
+  for (int i = 0; i < RPAGES; i++) memset(rbuf + i * 4096, i, 4096);
+  atomic_store(&stop, false);
+  pthread_t t;
+  pthread_create(&t, NULL, recolourer, (void*)(intptr_t)set);
+  int ok = 0, k = 0;
+  for (; k < 100; k++) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(write_pages());
+    int st;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) ok++;
+    else { fprintf(stderr, "test_colour_api: child %d forked during recolouring: status 0x%x\n", k, st); break; }
+  }
+  atomic_store(&stop, true);
+  pthread_join(t, NULL);
+  CHECK_EQ(ok, 100);
+  free(rbuf);
+}
 
 int main(int argc, char** argv) {
   require_chromalloc("test_colour_api");
@@ -179,6 +219,7 @@ int main(int argc, char** argv) {
   CHECK(moved > 0);
   CHECK_EQ(*page, rounds);                                /* no increment lost across the moves */
   free(page);
+  recolour_fork(set);
   /* reserving a slice: one at either end, one per process (NightWatch may have reserved this
      very one already); last, as it registers more sets for the worker to stock */
   CHECK_EQ(chromalloc_colours_reserve(set), 0);
