@@ -194,6 +194,14 @@ static uint8_t restrictive_flavour(void) {
   return NW.restrict_id > 0 ? (uint8_t)NW.restrict_id : 0;
 }
 
+/* The flavour a restrictive chunk gets now: 0 until the colour layer is ready (it starts it).
+   Until then the flavour's memory would be ordinary anyway, at the cost of the flavour heap's
+   generic paths for every routed block and a failed fill for every chunk. */
+static uint8_t restrictive_now(void) {
+  uint8_t f = restrictive_flavour();
+  return f != 0 && _ca_colour_state() == CA_COLOURS_READY ? f : 0;
+}
+
 /* own_pages: a large object starting on a page (as the paper aligns sampled chunks), so all
    of the chunk's pages are its own and can be sampled */
 static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) {
@@ -360,10 +368,9 @@ static void update_routes(void) {
   for (uint32_t k = 0; k < _ca_class_count; k++) want[k] = class_restrictive(&NW.classes[k]);
   _ca_unlock(&NW.lock);
   for (uint32_t k = 0; k < _ca_class_count; k++) {
-    uint8_t f = want[k] ? restrictive_flavour() : 0;
-    if (_ca_class_route(k) == f) continue;
-    _ca_route_class(k, f);
-    if (f != 0 && NW.protect && !_ca_protect_armed()) arm_protection();
+    uint8_t f = want[k] ? restrictive_now() : 0;
+    if (want[k] && NW.protect && !_ca_protect_armed()) arm_protection();
+    if (_ca_class_route(k) != f) _ca_route_class(k, f);
   }
 }
 
@@ -442,7 +449,7 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
     bump(&c->bytes, n);
     bump(&NW.chunks, 1);
     ca_mapping_t m = _ca_nw_predict(ctx);
-    uint8_t flavour = m == CA_MAP_RESTRICTIVE ? restrictive_flavour() : 0;
+    uint8_t flavour = m == CA_MAP_RESTRICTIVE ? restrictive_now() : 0;
     if (m == CA_MAP_RESTRICTIVE) { bump(&c->restrictive, 1); bump(&NW.restrictive, 1); }
     /* glibc fills its own buffers (stdio, directory streams) through internal system calls
        that cannot be interposed: a sampled page there would make them fail with EFAULT */
@@ -463,7 +470,7 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
       p = place_member(ctx, n, zero, m, flavour);
     }
     if (p == NULL && flavour != 0) p = alloc_mapped(n, zero, flavour, false);
-    if (flavour != 0 && NW.protect && !_ca_protect_armed()) arm_protection();
+    if (m == CA_MAP_RESTRICTIVE && NW.protect && !_ca_protect_armed()) arm_protection();
   }
   busy = false;
   return p;
