@@ -57,7 +57,8 @@
    moment.  Under chromalloc with NightWatch on (found with dlsym: chromalloc_option("nightwatch")
    == 1), the idle moment ends as soon as the restrictive colour set (1/8 of the L2) has a
    polluter chunk's worth of pages in stock (chromalloc_colours_prepare), at most N ms
-   (messages, packets: a frame's chunks, which are all live at once).
+   (messages, packets: a frame's chunks, which are all live at once; requests: a body and a
+   response).
 
    Output, one line: RESULT <workload> victim_ns=<median over frames of ns per lookup>
      victim_ns_p10=.. victim_ns_p90=.. total_s=<the workload loop> victim_s=<timed phases>
@@ -425,7 +426,11 @@ static void run_requests(void) {
   samples_t s = samples((size_t)reqs);
   uint64_t t0 = now_ns();
   for (long q = 0; q < reqs; q++) {
-    settle(q, &t0, opt_no_polluter ? 0 : 1024 * 1024 * scale());
+    /* both polluter sizes: a freed restrictive chunk is kept whole for the next one that fits
+       (no more than twice smaller), so the biggest body and a response are each assembled once;
+       with one body's worth, a response assembled first left the bodies short of pages for
+       about 1000 requests (the pool refills at some 400 pages/s next to this loop) */
+    settle(q, &t0, opt_no_polluter ? 0 : (1024 + 768) * 1024 * scale());
     if (!opt_no_polluter) {
       check += read_body((q & 1 ? 1024 : 768) * 1024 * scale(), (uint64_t)q);
       check += session_scratch(32 * 1024, (uint64_t)q);
