@@ -90,6 +90,21 @@ static inline int run_child(void (*fn)(void*), void* arg, char* err, size_t errl
   return collect_child(fds[0], pid, err, errlen);
 }
 
+/* Forks n children one after another, each running child(arg) and exiting with its result;
+   returns how many exited with 0, stopping at the first that did not (said, with its status). */
+static inline int fork_children(int n, int (*child)(void*), void* arg, const char* what) {
+  int ok = 0;
+  for (int k = 0; k < n; k++) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(child(arg));
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { fprintf(stderr, "%s: child %d: status 0x%x\n", what, k, status); break; }
+    ok++;
+  }
+  return ok;
+}
+
 static inline size_t rss_bytes(void) {
   long pages = 0, resident = 0;
   FILE* f = fopen("/proc/self/statm", "r");

@@ -85,7 +85,8 @@ static void* recolourer(void* arg) {
     if (chromalloc_recolour(rbuf, RPAGES * 4096, set) == 0) chromalloc_colours_prepare(set, RPAGES * 4096, 100);
   return NULL;
 }
-static int write_pages(void) {
+static int write_pages(void* arg) {
+  (void)arg;
   alarm(10);
   for (int i = 0; i < RPAGES; i++) {
     if (rbuf[i * 4096 + 5] != (char)i) return 1;
@@ -99,15 +100,7 @@ static void recolour_fork(int set) {
   atomic_store(&stop, false);
   pthread_t t;
   pthread_create(&t, NULL, recolourer, (void*)(intptr_t)set);
-  int ok = 0, k = 0;
-  for (; k < 100; k++) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(write_pages());
-    int st;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) ok++;
-    else { fprintf(stderr, "test_colour_api: child %d forked during recolouring: status 0x%x\n", k, st); break; }
-  }
+  int ok = fork_children(100, write_pages, NULL, "test_colour_api: forked during recolouring");
   atomic_store(&stop, true);
   pthread_join(t, NULL);
   CHECK_EQ(ok, 100);

@@ -72,10 +72,10 @@ static void* ask_stock(void* arg) {
   return NULL;
 }
 
-static int colour_child(int set) {
+static int colour_child(void* set) {
   signal(SIGALRM, on_alarm);
   alarm(20);
-  for (int i = 0; i < 10; i++) chromalloc_colours_prepare(set, 4096, 0);
+  for (int i = 0; i < 10; i++) chromalloc_colours_prepare((int)(intptr_t)set, 4096, 0);
   return 0;
 }
 
@@ -85,16 +85,8 @@ static void test_colour_fork(void) {
   atomic_store(&stop, false);
   pthread_t t;
   pthread_create(&t, NULL, ask_stock, (void*)(intptr_t)set);
-  int ok = 0;
   enum { FORKS = 200 };
-  for (int k = 0; k < FORKS; k++) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(colour_child(set));
-    int status;
-    waitpid(pid, &status, 0);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ok++;
-    else { fprintf(stderr, "colour child %d: status 0x%x\n", k, status); break; }
-  }
+  int ok = fork_children(FORKS, colour_child, (void*)(intptr_t)set, "test_fork: asking for colour stock");
   atomic_store(&stop, true);
   pthread_join(t, NULL);
   CHECK_EQ(ok, FORKS);
