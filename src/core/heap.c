@@ -89,8 +89,10 @@ void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
   /* a span of a flavour was assembled page by page (one mremap each) and would be taken apart
      the same way: a flavour heap keeps its empty spans for the next blocks of their class (a
      routed class's blocks, all freed every frame, were re-assembled every frame) until the
-     thread exits or calls chromalloc_collect / malloc_trim */
-  if (h->flavour != 0) return;
+     thread exits or calls chromalloc_collect / malloc_trim.  Not one the pool could not fill:
+     kept, its ordinary memory served the flavour's blocks for good (pv packets streamed 1 of
+     its 7 spans through every colour each frame) */
+  if (h->flavour != 0 && s->flavour != 0) return;
   _ca_stats_span_settle(h, s, list_length(s->free));
   _ca_heap_queue_remove(h, s);
   _ca_segment_span_free(h, s);
