@@ -147,12 +147,15 @@ typedef struct mchunk_s {
    freed and allocated again, one at a time, stays in the cache whatever the group streams in
    all).  A group sees only the members sampled since it started: the first L2's worth only
    mark footprint, and only members that join after them are judged (a group started late in a
-   pass over 3 MiB of messages saw a few of them and judged every pair a hit).  When a group is
-   full, its oldest gone member makes room. */
+   pass over 3 MiB of messages saw a few of them and judged every pair a hit), and once it has
+   turned a chunk of its context away (full, or no room), a pair whose first reference came
+   before that is judged only when it is a miss: the footprint it sees is a lower bound.  When
+   a group is full, its oldest gone member makes room. */
 typedef struct mgroup_s {
   int       state;         /* CH_FREE, CH_ACTIVE, CH_VERDICT */
   uint64_t  cookie;
   uint64_t  bytes;         /* what its members stood for, all that joined */
+  _Atomic(uint64_t) refused_ns;   /* a chunk of its context could not join (full, no room) */
   uint32_t  members;       /* chunks in the group (active or gone) */
   uint64_t  joined_ms;     /* the latest member's start */
   evidence_t ev;
@@ -443,6 +446,10 @@ static void judge(mchunk_t* c, sample_t* s) {
   bool timed = atomic_load_explicit(&M.measured, ca_acquire) && M.threshold != 0;
   uint64_t ticks = timed ? chase(page_of(c, s), s->line) : 0;
   bool hit = _ca_monitor_judge(between, c->stride, M.l2);
+  /* a group that turned a chunk of its context away since the first reference saw only part of
+     what the context touched in between: a hit is no evidence then (a miss still is).  A group
+     full in the middle of a pass judged its last members' reuse a hit. */
+  if (hit && c->group >= 0 && atomic_load_explicit(&M.groups[c->group].refused_ns, ca_relaxed) > s->last_ref) return;
   count(c, hit);
   if (!hit) { c->ev->r.far++; M.far++; }
   if (hit && timed && ticks > M.threshold) { c->ev->r.interference++; M.interference++; }
@@ -843,9 +850,10 @@ uint32_t _ca_monitor_group_pages(void) { return GROUP_TOTAL; }
 bool _ca_monitor_member_room(uint64_t cookie, bool start) {
   for (int g = 0; g < MAX_GROUPS; g++) {
     if (M.groups[g].state != CH_ACTIVE || M.groups[g].cookie != cookie) continue;
-    if (M.groups[g].ev.r.pages >= GROUP_TOTAL) return false;
-    if (M.groups[g].members < GROUP_MEMBERS) return true;
-    for (int i = 0; i < MAX_CHUNKS; i++) if (M.chunks[i].state == CH_GONE && M.chunks[i].group == g) return true;
+    if (M.groups[g].members < GROUP_MEMBERS && M.groups[g].ev.r.pages < GROUP_TOTAL) return true;
+    for (int i = 0; i < MAX_CHUNKS && M.groups[g].ev.r.pages < GROUP_TOTAL; i++)
+      if (M.chunks[i].state == CH_GONE && M.chunks[i].group == g) return true;
+    atomic_store_explicit(&M.groups[g].refused_ns, _ca_clock_ns(), ca_relaxed);
     return false;
   }
   return start;
@@ -870,6 +878,7 @@ bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool star
   if (g < 0 && !start) { unlock_m(); return false; }   /* the group ended meanwhile */
   if (c == NULL || (g < 0 && free_g < 0) ||
       (g >= 0 && (M.groups[g].members >= GROUP_MEMBERS || M.groups[g].ev.r.pages >= GROUP_TOTAL))) {
+    if (g >= 0) atomic_store_explicit(&M.groups[g].refused_ns, now_ns, ca_relaxed);
     M.no_room++;
     unlock_m();
     return false;
