@@ -11,6 +11,7 @@
 #include "../core/internal.h"
 #include "../policy/nightwatch.h"
 #include "../color/colour.h"
+#include "../monitor/trap.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -77,17 +78,20 @@ static void thread_done(void* arg) {
 }
 
 static void fork_prepare(void) {
+  _ca_trap_fork_prepare();
   _ca_heap_fork_prepare();
   _ca_segment_fork_prepare();
 }
 static void fork_parent(void) {
   _ca_segment_fork_parent();
   _ca_heap_fork_parent();
+  _ca_trap_fork_release();
 }
 static void fork_child(void) {
   _ca_segment_fork_child();
   _ca_large_fork_child();
   _ca_heap_fork_child(_ca_heap);
+  _ca_trap_fork_release();
 }
 
 __attribute__((constructor)) static void ca_constructor(void) { _ca_ensure_init(); }

@@ -724,7 +724,10 @@ static void init_once(void) {
   M.verdict = init_verdict;
   M.l2 = 1 << 20;
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) M.l2 = _ca_machine.levels[i].size;
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  /* once per process image: a child forked while this ran runs it again (pthread_once), and
+     registered twice, the handlers would take the lock twice at its own next fork */
+  static bool registered;
+  if (!registered) { registered = true; pthread_atfork(fork_prepare, fork_parent, fork_child); }
   M.inited = true;
   if (!M.use_pmu) M.use_pmu = _ca_pmu_detect(&M.pmu);
   M.trap_ok = M.use_pmu || _ca_trap_register(on_fault);

@@ -111,6 +111,9 @@ static void install(void) {
   _ca_unlock(&install_lock);
 }
 
+void _ca_trap_fork_prepare(void) { _ca_lock(&install_lock); }
+void _ca_trap_fork_release(void) { _ca_unlock(&install_lock); }
+
 bool _ca_trap_register(ca_trap_fn fn) {
   int n = atomic_load_explicit(&nclients, ca_acquire);
   for (int i = 0; i < n; i++) if (clients[i] == fn) { install(); return true; }

@@ -11,6 +11,10 @@ typedef bool (*ca_trap_fn)(void* addr, int sig);
 #pragma GCC visibility push(hidden)
 bool _ca_trap_register(ca_trap_fn fn);       /* installs the handler on first use */
 void _ca_trap_quiet_thread(void);            /* the calling thread (ours) takes no signal but faults */
+/* fork(): the lock every interposed sigaction() takes is held across it (a thread setting a
+   handler while another forked left the child's next sigaction waiting for ever) */
+void _ca_trap_fork_prepare(void);
+void _ca_trap_fork_release(void);
 #pragma GCC visibility pop
 
 #endif

@@ -6,7 +6,8 @@
    Then the colour layer's wake-up lock: a thread asks for colour stock without pause (each ask
    takes the lock that the colour worker sleeps on) while the main thread forks, and each child
    asks too.  A child that inherited the lock held hung there (seen once in CI as a stuck
-   child of the first part: the worker itself had the lock). */
+   child of the first part: the worker itself had the lock).  Last, a thread sets a signal
+   handler without pause while the main thread forks, and each child sets one too. */
 #include "check.h"
 #include <execinfo.h>
 #include <pthread.h>
@@ -92,6 +93,36 @@ static void test_colour_fork(void) {
   CHECK_EQ(ok, FORKS);
 }
 
+/* a thread setting a signal handler without pause while the main thread forks: chromalloc's
+   sigaction() (it keeps its fault handler first) takes a lock, and a child that inherited it
+   held waited for ever at its own first sigaction */
+static void on_usr1(int sig) { (void)sig; }
+static void* set_handlers(void* arg) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  while (!atomic_load(&stop)) sigaction(SIGUSR1, &sa, NULL);
+  return arg;
+}
+static int sigaction_child(void* arg) {
+  (void)arg;
+  signal(SIGALRM, on_alarm);
+  alarm(20);
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  return sigaction(SIGUSR1, &dfl, NULL) == 0 ? 0 : 6;
+}
+static void test_sigaction_fork(void) {
+  atomic_store(&stop, false);
+  pthread_t t;
+  pthread_create(&t, NULL, set_handlers, NULL);
+  int ok = fork_children(200, sigaction_child, NULL, "test_fork: setting handlers");
+  atomic_store(&stop, true);
+  pthread_join(t, NULL);
+  CHECK_EQ(ok, 200);
+}
+
 int main(void) {
   require_chromalloc("test_fork");
   void* warm[1];
@@ -114,5 +145,6 @@ int main(void) {
   for (int i = 0; i < 64; i++) free(atomic_exchange(&shared[i], NULL));
   CHECK_EQ(ok, 40);
   test_colour_fork();
+  test_sigaction_fork();
   return check_done("test_fork");
 }
