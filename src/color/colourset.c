@@ -600,7 +600,12 @@ static void hook_span_released(void* base, size_t bytes, uint32_t flavour) {
   _ca_unlock(&L.lock);
 }
 
-static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released };
+static bool hook_span_ready(size_t bytes, uint32_t flavour) {
+  return flavour >= 1 && flavour <= CA_COLOUR_SETS && atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY &&
+         L.sets[flavour].pool.count >= bytes / CA_OS_PAGE;
+}
+
+static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released, hook_span_ready };
 
 static void fork_child(void) {
   /* the child's pooled pages are copies: their frames (colours) are not the parent's */

@@ -83,16 +83,23 @@ static uint32_t list_length(const ca_block_t* b) {
   return n;
 }
 
+static bool refillable(const ca_heap_t* h, const ca_span_t* s) {
+  const ca_hooks_t* hk = _ca_hooks;
+  ca_segment_t* seg = _ca_segment_of(s->start);
+  return hk != NULL && hk->span_ready != NULL && seg != NULL && hk->span_ready(_ca_span_bytes(seg, s), h->flavour);
+}
+
 void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
   ca_span_queue_t* q = &h->queues[s->sclass];
   if (q->first == s && s->next == NULL) return;       /* keep the only span of a class warm */
   /* a span of a flavour was assembled page by page (one mremap each) and would be taken apart
      the same way: a flavour heap keeps its empty spans for the next blocks of their class (a
      routed class's blocks, all freed every frame, were re-assembled every frame) until the
-     thread exits or calls chromalloc_collect / malloc_trim.  Not one the pool could not fill:
-     kept, its ordinary memory served the flavour's blocks for good (pv packets streamed 1 of
-     its 7 spans through every colour each frame) */
-  if (h->flavour != 0 && s->flavour != 0) return;
+     thread exits or calls chromalloc_collect / malloc_trim.  One the hook could not fill (its
+     pool was short) is ordinary memory: it is kept only until the hook could fill its
+     replacement (kept for good, it streamed 1 of pv packets' 7 spans through every colour each
+     frame; given back at once, it was made again, ordinary, every frame the pool stayed short) */
+  if (h->flavour != 0 && (s->flavour != 0 || !refillable(h, s))) return;
   _ca_stats_span_settle(h, s, list_length(s->free));
   _ca_heap_queue_remove(h, s);
   _ca_segment_span_free(h, s);

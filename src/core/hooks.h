@@ -8,6 +8,8 @@
      for the span's flavour.  Returns false when it did not, and the span stays ordinary memory.
    - span_released: the range is free again; called before the core would purge it, so a hook
      that placed special pages there can take them back first.
+   - span_ready: whether span_memory could fill `bytes` for the flavour now (a hint, no lock):
+     a flavour heap keeps an empty span that stayed ordinary memory until it could.
 
    A policy (src/policy/) installs a second, separate table:
    - place: a chunk of at least a page is requested from a thread's ordinary heap (malloc, or
@@ -44,6 +46,7 @@ typedef enum ca_chunk_event_e { CA_CHUNK_FREE, CA_CHUNK_RESIZE } ca_chunk_event_
 typedef struct ca_hooks_s {
   bool (*span_memory)(void* base, size_t bytes, uint32_t flavour);
   void (*span_released)(void* base, size_t bytes, uint32_t flavour);
+  bool (*span_ready)(size_t bytes, uint32_t flavour);
 } ca_hooks_t;
 
 typedef struct ca_policy_s {
