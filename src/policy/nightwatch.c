@@ -55,6 +55,7 @@
 #include <stdlib.h>
 
 #define SKIP_MAX       1024
+#define BUDGET_SKIP    64                    /* chunks a context skips after the budget refused it */
 #define MAX_WATCHED    64
 #define SWITCH_AGE_MS  20
 #define MAX_REPORTED   200
@@ -419,9 +420,13 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
    dense for their footprint to be seen), else when the context is due and the budget allows a
    whole group */
 static bool group_due(int ctx, bool join) {
-  return join || ((NW.monitor_all || _ca_nw_should_monitor(ctx)) &&
-                  atomic_load_explicit(&NW.ctx[ctx].inflight, ca_relaxed) == 0 &&
-                  within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx)));
+  if (join) return true;
+  if (!(NW.monitor_all || _ca_nw_should_monitor(ctx)) || atomic_load_explicit(&NW.ctx[ctx].inflight, ca_relaxed) != 0) return false;
+  if (within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx))) return true;
+  /* refused: the context's next chunks do not ask again at once (each ask reads the clock;
+     asked by every chunk of mixed's two undecided contexts, about 1% of its run) */
+  atomic_store_explicit(&NW.ctx[ctx].countdown, BUDGET_SKIP, ca_relaxed);
+  return false;
 }
 
 /* A group's end: with a verdict, it counts as one monitored chunk of its context. */
@@ -505,6 +510,8 @@ static void wait_switch(void* p) { while (atomic_load_explicit(&NW.switching, ca
 
 static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
   (void)ev;
+  if (atomic_load_explicit(&NW.switching, ca_relaxed) == NULL && atomic_load_explicit(&NW.nwatched, ca_relaxed) == 0 &&
+      !_ca_monitor_active()) return;                  /* nothing watched: every free of an over-aligned block comes here */
   wait_switch(p);
   bool watched = false;
   if (atomic_load_explicit(&NW.nwatched, ca_relaxed) != 0) {
