@@ -63,6 +63,6 @@ size_t _ca_usable_size(const void* p) {
 void* _ca_malloc_page(void) {
   void* p = _ca_malloc_aligned(CA_OS_PAGE, CA_OS_PAGE, false);
   ca_segment_t* seg = p != NULL ? _ca_segment_of(p) : NULL;
-  if (seg != NULL && seg->kind != CA_SEG_LARGE) _ca_span_of(seg, p)->flags |= CA_SPAN_ALIGNED;
+  if (seg != NULL && seg->kind != CA_SEG_LARGE) _ca_span_of(seg, p)->flags |= CA_SPAN_ALIGNED | CA_SPAN_POLICY;
   return p;
 }

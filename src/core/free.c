@@ -89,8 +89,9 @@ void _ca_free_generic(ca_segment_t* seg, void* p) {
   bool valid;
   ca_block_t* b = _ca_block_start(seg, s, p, &valid);
   if (!valid) invalid("free(): invalid pointer %p (not the start of an allocated block)", p);
-  /* a block handed out at an offset may be a policy's sampled chunk, on a page it watches */
-  if (s->flags & CA_SPAN_ALIGNED) CA_POLICY_CHUNK(CA_CHUNK_FREE, p, 0);
+  /* a block of a span that holds a policy's page may be that page (a sampled chunk it watches);
+     other over-aligned spans' frees (mixed: 355,000) do not concern it */
+  if (s->flags & CA_SPAN_POLICY) CA_POLICY_CHUNK(CA_CHUNK_FREE, p, 0);
   /* local when the owner is this thread's heap or one of its flavour heaps */
   ca_heap_t* h = atomic_load_explicit(&seg->owner, ca_relaxed);
   if (h == NULL || h->main != _ca_heap) { free_remote(seg, s, b); return; }

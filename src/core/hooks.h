@@ -20,7 +20,8 @@
      there): the program's frames lie above it, which is where a context is read from; `ret`
      is the entry point's return address: the program's call site.
    - chunk: a large object is freed (CA_CHUNK_FREE) or about to be resized in place or moved
-     (CA_CHUNK_RESIZE), or a block of an over-aligned span is freed (CA_CHUNK_FREE, size 0):
+     (CA_CHUNK_RESIZE), or a block of a span holding a page from _ca_malloc_page is freed
+     (CA_CHUNK_FREE, size 0):
      the policy stops watching it.
    - sample: chunks below a page, sampled by bytes.  While `_ca_sample_period` is not 0, each
      thread's ordinary heap counts down the bytes its small allocations take (counted as it

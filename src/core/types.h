@@ -79,6 +79,7 @@ typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_
 #define CA_SPAN_FULL       0x01    /* parked in the heap's full queue */
 #define CA_SPAN_ALIGNED    0x02    /* holds over-aligned blocks: pointers may be interior */
 #define CA_SPAN_UNUSED     0x04    /* not allocated to any size class */
+#define CA_SPAN_POLICY     0x08    /* holds a policy's page (_ca_malloc_page): frees reach the policy */
 
 /* delayed-free state in the low bits of span.thread_free */
 #define CA_DELAY_NONE      0       /* remote frees push onto thread_free */
