@@ -83,6 +83,13 @@ static uint32_t list_length(const ca_block_t* b) {
   return n;
 }
 
+/* an empty span leaves its heap's queue and goes back to its segment */
+static void give_back(ca_heap_t* h, ca_span_t* s) {
+  _ca_stats_span_settle(h, s, list_length(s->free));
+  _ca_heap_queue_remove(h, s);
+  _ca_segment_span_free(h, s);
+}
+
 static bool refillable(const ca_heap_t* h, const ca_span_t* s) {
   const ca_hooks_t* hk = _ca_hooks;
   ca_segment_t* seg = _ca_segment_of(s->start);
@@ -100,9 +107,7 @@ void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
      replacement (kept for good, it streamed 1 of pv packets' 7 spans through every colour each
      frame; given back at once, it was made again, ordinary, every frame the pool stayed short) */
   if (h->flavour != 0 && (s->flavour != 0 || !refillable(h, s))) return;
-  _ca_stats_span_settle(h, s, list_length(s->free));
-  _ca_heap_queue_remove(h, s);
-  _ca_segment_span_free(h, s);
+  give_back(h, s);
 }
 
 /* chromalloc_collect / malloc_trim: the empty spans a thread's flavour heaps keep (see retire)
@@ -116,10 +121,7 @@ void _ca_heap_collect_flavours(ca_heap_t* h) {
       for (ca_span_t* s = fh->queues[c].first, *next; s != NULL; s = next) {
         next = s->next;
         _ca_span_collect(s);
-        if (s->used != 0) continue;
-        _ca_stats_span_settle(fh, s, list_length(s->free));
-        _ca_heap_queue_remove(fh, s);
-        _ca_segment_span_free(fh, s);
+        if (s->used == 0) give_back(fh, s);
       }
   }
 }

@@ -511,7 +511,7 @@ static void wait_switch(void* p) { while (atomic_load_explicit(&NW.switching, ca
 static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
   (void)ev;
   if (atomic_load_explicit(&NW.switching, ca_relaxed) == NULL && atomic_load_explicit(&NW.nwatched, ca_relaxed) == 0 &&
-      !_ca_monitor_active()) return;                  /* nothing watched: every free of an over-aligned block comes here */
+      !_ca_monitor_active()) return;                  /* nothing watched, switched or sampled: most frees that come here */
   wait_switch(p);
   bool watched = false;
   if (atomic_load_explicit(&NW.nwatched, ca_relaxed) != 0) {
