@@ -13,17 +13,17 @@ static bool on_span(void* base, size_t bytes, uint32_t flavour) {
   return true;
 }
 static void on_release(void* base, size_t bytes, uint32_t flavour) { released++; bytes_out += (long)bytes; }
-static void* on_place(size_t n, bool zero, const void* frame) {
+static void* on_place(size_t n, bool zero, const void* frame, const void* ret) {
   places++;
   CHECK(n >= 4096);
-  CHECK(frame != NULL);
+  CHECK(frame != NULL && ret != NULL);
   if (n == 5u << 20) placed_big++;
   return NULL;                                  /* the core allocates it */
 }
 static void on_chunk(ca_chunk_event_t ev, void* p, size_t size) { if (ev == CA_CHUNK_FREE) frees++; }
 
-static const ca_hooks_t hooks = { on_span, on_release };
-static const ca_policy_t policy = { on_place, on_chunk };
+static const ca_hooks_t hooks = { on_span, on_release, NULL };
+static const ca_policy_t policy = { on_place, on_chunk, NULL };
 
 int main(void) {
   require_chromalloc("test_hooks");
