@@ -54,8 +54,8 @@ static _Atomic(range_table_t*)  current;       /* NULL: not built */
 static ca_lock_t                ranges_lock;
 static _Atomic(uint32_t)        misses_since_build;
 
-static __thread uintptr_t stack_top __attribute__((tls_model("initial-exec")));
-static __thread uintptr_t stack_lo __attribute__((tls_model("initial-exec")));
+__thread uintptr_t _ca_stack_lo __attribute__((tls_model("initial-exec")));
+__thread uintptr_t _ca_stack_top __attribute__((tls_model("initial-exec")));
 
 static int collect(struct dl_phdr_info* info, size_t size, void* arg) {
   range_table_t* t = arg;
@@ -186,8 +186,8 @@ __attribute__((visibility("default"))) int pthread_getattr_np(pthread_t t, pthre
   return r;
 }
 
-/* this thread's stack, [stack_lo, stack_top) (stack_lo 0: the main thread's when glibc cannot
-   say, open below); not learned from a signal stack */
+/* this thread's stack, [_ca_stack_lo, _ca_stack_top) (_ca_stack_lo 0: the main thread's when
+   glibc cannot say, open below); not learned from a signal stack */
 static void find_stack(uintptr_t sp) {
   pthread_attr_t a;
   void* base = NULL;
@@ -201,17 +201,17 @@ static void find_stack(uintptr_t sp) {
   uintptr_t end = (uintptr_t)__libc_stack_end;
   if (known && base != NULL) {
     if (sp < (uintptr_t)base || sp >= (uintptr_t)base + size) return;   /* on another stack */
-    stack_lo = (uintptr_t)base;
-    stack_top = (uintptr_t)base + size;
-    if (end > sp && end < stack_top) stack_top = end;   /* main thread: no frames in argv, envp, auxv */
+    _ca_stack_lo = (uintptr_t)base;
+    _ca_stack_top = (uintptr_t)base + size;
+    if (end > sp && end < _ca_stack_top) _ca_stack_top = end;   /* main thread: no frames in argv, envp, auxv */
     return;
   }
-  stack_lo = 0;
-  stack_top = end > sp ? end : sp;                    /* argv lies above */
+  _ca_stack_lo = 0;
+  _ca_stack_top = end > sp ? end : sp;                    /* argv lies above */
 }
 
 /* Is sp on this thread's own stack (not a signal stack, where the words above may be unmapped)? */
-static bool on_stack(uintptr_t sp) { return sp >= stack_lo && sp < stack_top; }
+static bool on_stack(uintptr_t sp) { return sp >= _ca_stack_lo && sp < _ca_stack_top; }
 
 static uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -232,8 +232,8 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
   ctx->in_libc = false;
   const range_table_t* T = atomic_load_explicit(&current, ca_acquire);
   if (T == NULL) { build_ranges(); T = atomic_load_explicit(&current, ca_acquire); }
-  if (stack_top == 0) find_stack(sp);
-  uintptr_t end = on_stack(sp) ? stack_top : sp;
+  if (_ca_stack_top == 0) find_stack(sp);
+  uintptr_t end = on_stack(sp) ? _ca_stack_top : sp;
   if (end > sp + SCAN_WORDS * sizeof(uintptr_t)) end = sp + SCAN_WORDS * sizeof(uintptr_t);
   /* the words that return just after a call, in stack order */
   uintptr_t cand[MAX_CANDIDATES];
@@ -293,10 +293,11 @@ ca_noinline void _ca_context_capture(ca_context_t* ctx, const void* from, const 
   if (unknown && atomic_fetch_add_explicit(&misses_since_build, 1, ca_relaxed) >= 4096) build_ranges();
 }
 
-uintptr_t _ca_context_word(const void* from, uint32_t at) {
-  uintptr_t w = (uintptr_t)from + at;
-  if (at == 0 || !on_stack((uintptr_t)from) || w + sizeof(uintptr_t) > stack_top) return 0;
-  return *(const uintptr_t*)w;
+/* the first read on this thread: find its stack (a thread that never allocated a chunk NightWatch
+   scanned does not know it yet) */
+ca_noinline uintptr_t _ca_context_word_first(const void* from, uint32_t at) {
+  find_stack((uintptr_t)from);
+  return _ca_stack_top != 0 ? _ca_context_word(from, at) : 0;
 }
 
 void _ca_context_symbol(uintptr_t pc, char* out, size_t len) {

@@ -22,10 +22,20 @@ typedef struct ca_context_s {
    chromalloc's entry point; NULL: the caller's own frame) whose return address is `ret` (the
    program's call site; NULL: found by the scan). */
 void _ca_context_capture(ca_context_t* ctx, const void* from, const void* ret);
+/* This thread's stack, [_ca_stack_lo, _ca_stack_top) (both 0 until first needed) */
+extern __thread uintptr_t _ca_stack_lo __attribute__((tls_model("initial-exec")));
+extern __thread uintptr_t _ca_stack_top __attribute__((tls_model("initial-exec")));
+uintptr_t _ca_context_word_first(const void* from, uint32_t at);
 /* The stack word `at` bytes above `from` (a frame of this thread's stack, as given to the
-   capture), or 0 when that lies beyond the stack's top or no capture ran on this thread yet:
-   with the at1 of an earlier capture from the same call site, the caller's return address. */
-uintptr_t _ca_context_word(const void* from, uint32_t at);
+   capture), or 0 when that lies beyond the stack's top or `from` is not on the thread's own
+   stack (a signal stack): with the at1 of an earlier capture from the same call site, the
+   caller's return address.  Inline: NightWatch reads one for every chunk it names. */
+static inline uintptr_t _ca_context_word(const void* from, uint32_t at) {
+  uintptr_t f = (uintptr_t)from, w = f + at;
+  if (__builtin_expect(_ca_stack_top == 0, 0)) return _ca_context_word_first(from, at);
+  if (at == 0 || f < _ca_stack_lo || w + sizeof(uintptr_t) > _ca_stack_top) return 0;
+  return *(const uintptr_t*)w;
+}
 /* "symbol+0xoff (object)" of a return address, via dladdr; never allocates. */
 void _ca_context_symbol(uintptr_t pc, char* out, size_t len);
 void _ca_context_init(void);                  /* once, before the first capture: fork safety */
