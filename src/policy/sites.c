@@ -66,16 +66,24 @@ static struct {
 } S;
 
 static __thread uint32_t verify_rng __attribute__((tls_model("initial-exec")));
+static __thread uint32_t verify_left __attribute__((tls_model("initial-exec")));
 
-/* Is this use one of the 1 in VERIFY re-checked by a scan?  Drawn at random (xorshift per
-   thread): a counter shared by all sites aliases with a program's own rhythm (four sites called
-   in turn with VERIFY a multiple of four: one site is checked every time, three never). */
-static bool verify_now(void) {
+/* Is this use one of the 1 in VERIFY re-checked by a scan?  The uses between two checks are
+   drawn at random per thread (uniform in 1..2 VERIFY - 1, xorshift): a counter shared by all
+   sites aliases with a program's own rhythm (four sites called in turn with VERIFY a multiple
+   of four: one site is checked every time, three never).  Most uses only count down. */
+static ca_cold bool verify_draw(void) {
   uint32_t x = verify_rng;
   if (x == 0) x = (uint32_t)(uintptr_t)&verify_rng ^ (uint32_t)_ca_clock_ns() ^ 0x9E3779B9u;
   x ^= x << 13; x ^= x >> 17; x ^= x << 5;
   verify_rng = x;
-  return x % VERIFY == 0;
+  bool now = verify_left == 1;                /* 0: the thread's first use draws the first gap */
+  verify_left = 1 + x % (2 * VERIFY - 1);
+  return now;
+}
+static inline bool verify_now(void) {
+  if (ca_likely(verify_left > 1)) { verify_left--; return false; }
+  return verify_draw();
 }
 
 /* ---- contexts ------------------------------------------------------------------------------- */
@@ -168,7 +176,7 @@ static void slot_learn(site_t* s, uint32_t at1) {
 /* ---- learned entries: callers and sizes --------------------------------------------------- */
 /* the context an entry names for `key` without a scan, or -1 (unknown, unsure, ambiguous, or
    this use is a check) */
-static int entry_known(uint64_t v, uint64_t key) {
+static inline int entry_known(uint64_t v, uint64_t key) {
   uint64_t known = (v >> KEY_BITS) & 0xFFF, agree = (v >> AGREE_SHIFT) & 0xF;
   if ((v & AMBIGUOUS) || (v & KEY_MASK) != key || known == 0 || agree < CONFIDENT) return -1;
   return verify_now() ? -1 : (int)known - 1;
@@ -192,22 +200,14 @@ static entry_t entry_of(_Atomic(uint64_t)* table, uint32_t size, uintptr_t ret, 
   return t;
 }
 
-int _ca_nw_context_of(size_t n, const void* frame, const void* ret) {
-  site_t* s = site_of((uintptr_t)ret);
-  uint32_t v = s != NULL ? atomic_load_explicit(&s->v, ca_relaxed) : SITE_WORD(0, 0, SITE_WRAPPER);
-  uint32_t slot = s != NULL ? atomic_load_explicit(&s->slot, ca_relaxed) : SITE_WORD(0, 0, SLOT_NONE);
-  uintptr_t caller = SITE_STATE(slot) == SLOT_KNOWN ? _ca_context_word(frame, SITE_CTX(slot)) : 0;
-  bool stranger = false;                      /* a leaf reached from a caller it never had */
+/* Everything but the fast path: the size table, scans, learning.  v and caller: the site's word
+   and its caller (0: none known) as the fast path read them; s NULL: no room for the site. */
+static ca_noinline int context_slow(site_t* s, uint32_t v, uintptr_t caller, size_t n, const void* frame, const void* ret) {
+  /* a leaf reached from a caller it never had (else this is a leaf's check) */
+  bool stranger = SITE_STATE(v) == SITE_LEAF && caller != 0 && caller != atomic_load_explicit(&s->caller, ca_relaxed);
   entry_t ce = { 0 }, se = { 0 };
-  if (SITE_STATE(v) == SITE_LEAF) {
-    stranger = caller != 0 && caller != atomic_load_explicit(&s->caller, ca_relaxed);
-    if (!stranger && !verify_now()) { count(&S.site_hits); return (int)SITE_CTX(v) - 1; }
-  } else if (SITE_STATE(v) == SITE_WRAPPER) {
-    if (caller != 0) {
-      ce = entry_of(S.callers, CALLERS, (uintptr_t)ret, caller);
-      int ctx = entry_known(ce.v, ce.key);
-      if (ctx >= 0) { count(&S.caller_hits); return ctx; }
-    }
+  if (SITE_STATE(v) == SITE_WRAPPER) {
+    if (caller != 0) ce = entry_of(S.callers, CALLERS, (uintptr_t)ret, caller);   /* not known yet: learn */
     se = entry_of(S.sizes, SIZE_TABLE, (uintptr_t)ret, n);
     int ctx = entry_known(se.v, se.key);
     if (ctx >= 0) { count(&S.size_hits); return ctx; }
@@ -222,6 +222,31 @@ int _ca_nw_context_of(size_t n, const void* frame, const void* ret) {
     atomic_store_explicit(&s->slot, SITE_WORD(0, 0, SLOT_NONE), ca_relaxed);
   if (SITE_STATE(v) != SITE_WRAPPER) site_learn(s, v, f);
   return f.ctx;
+}
+
+/* The fast path, for every chunk of a page or more and every sampled small chunk: a leaf site
+   reached from the caller it was learned from, or a wrapper site's known caller, when this use
+   is not a check. */
+int _ca_nw_context_of(size_t n, const void* frame, const void* ret) {
+  site_t* s = site_of((uintptr_t)ret);
+  uint32_t v = SITE_WORD(0, 0, SITE_WRAPPER);
+  uintptr_t caller = 0;
+  if (ca_likely(s != NULL)) {
+    v = atomic_load_explicit(&s->v, ca_relaxed);
+    uint32_t slot = atomic_load_explicit(&s->slot, ca_relaxed);
+    if (SITE_STATE(slot) == SLOT_KNOWN) caller = _ca_context_word(frame, SITE_CTX(slot));
+    if (SITE_STATE(v) == SITE_LEAF) {
+      if ((caller == 0 || caller == atomic_load_explicit(&s->caller, ca_relaxed)) && !verify_now()) {
+        count(&S.site_hits);
+        return (int)SITE_CTX(v) - 1;
+      }
+    } else if (SITE_STATE(v) == SITE_WRAPPER && caller != 0) {
+      entry_t ce = entry_of(S.callers, CALLERS, (uintptr_t)ret, caller);
+      int ctx = entry_known(ce.v, ce.key);
+      if (ctx >= 0) { count(&S.caller_hits); return ctx; }
+    }
+  }
+  return context_slow(s, v, caller, n, frame, ret);
 }
 
 /* fork(): no thread may hold the lock across it */
