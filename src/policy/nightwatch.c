@@ -101,6 +101,7 @@ static struct {
   bool              on, monitor_all, protect;
   ca_lock_t         lock;                     /* contexts' verdict fields, watched[] */
   nw_ctx_t          ctx[CA_NW_CONTEXTS];
+  int               nrestrictive;             /* contexts predicted restrictive now */
   nw_watched_t      watched[MAX_WATCHED];
   _Atomic(int)      nwatched;
   _Atomic(void*)    switching;                /* chunk being recoloured (free waits) */
@@ -112,7 +113,7 @@ static struct {
   nw_class_t        classes[CA_CLASS_MAX];    /* under lock */
   _Atomic(uint64_t) small_samples, small_members, medium_members;
   char              off_reason[96];
-  _Atomic(uint64_t) chunks, monitored, restrictive, switches, lost, over_budget, alloc_cost_ns;
+  _Atomic(uint64_t) monitored, switches, lost, over_budget, alloc_cost_ns;
   _Atomic(uint64_t) next_ok_ms[4];            /* the budget allows nothing before (coarse clock),
                                                  per share (within_budget) */
 } NW;
@@ -160,6 +161,7 @@ ca_mapping_t _ca_nw_verdict(int ctx, ca_mapping_t predicted, const ca_monitor_re
   c->history = (uint8_t)(((c->history << 1) | polluter) & 3);
   if (c->nverdicts < 2) c->nverdicts++;
   ca_mapping_t d = c->nverdicts == 2 && c->history == 3 ? CA_MAP_RESTRICTIVE : CA_MAP_OPEN;
+  if (d != (ca_mapping_t)c->decision) NW.nrestrictive += d == CA_MAP_RESTRICTIVE ? 1 : -1;
   atomic_store_explicit(&c->decision, d, ca_relaxed);
   _ca_unlock(&NW.lock);
   return d;
@@ -168,6 +170,7 @@ ca_mapping_t _ca_nw_verdict(int ctx, ca_mapping_t predicted, const ca_monitor_re
 void _ca_nw_reset(void) {
   _ca_lock(&NW.lock);
   memset(NW.ctx, 0, sizeof NW.ctx);
+  NW.nrestrictive = 0;
   _ca_unlock(&NW.lock);
   _ca_nw_sites_reset();
 }
@@ -358,6 +361,7 @@ static bool note_class(uint32_t k, int ctx) {
   int i = 0;
   while (i < CLASS_CTXS && t->ctx[i] != 0 && t->ctx[i] != ctx + 1) i++;
   if (i < CLASS_CTXS) { t->ctx[i] = ctx + 1; t->samples[i]++; }
+  if (NW.nrestrictive == 0 && _ca_class_route(k) == 0) return false;   /* the usual case */
   return class_restrictive(t) != (_ca_class_route(k) != 0);
 }
 
@@ -416,17 +420,22 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
   return p;
 }
 
-/* A context's chunk below the L2 joins its group: always while the group is on (members must be
-   dense for their footprint to be seen), else when the context is due and the budget allows a
-   whole group */
+/* The budget allows a whole group for ctx now.  When it refuses, the context's next chunks do
+   not ask again at once (each ask reads the clock; asked by every chunk of mixed's two undecided
+   contexts, about 1% of its run). */
+static bool group_budget(int ctx) {
+  if (within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx))) return true;
+  atomic_store_explicit(&NW.ctx[ctx].countdown, BUDGET_SKIP, ca_relaxed);
+  return false;
+}
+
+/* A context's sampled small chunk joins its group: always while the group is on (members must
+   be dense for their footprint to be seen), else when the context is due and the budget allows
+   a whole group */
 static bool group_due(int ctx, bool join) {
   if (join) return true;
   if (!(NW.monitor_all || _ca_nw_should_monitor(ctx)) || atomic_load_explicit(&NW.ctx[ctx].inflight, ca_relaxed) != 0) return false;
-  if (within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx))) return true;
-  /* refused: the context's next chunks do not ask again at once (each ask reads the clock;
-     asked by every chunk of mixed's two undecided contexts, about 1% of its run) */
-  atomic_store_explicit(&NW.ctx[ctx].countdown, BUDGET_SKIP, ca_relaxed);
-  return false;
+  return group_budget(ctx);
 }
 
 /* A group's end: with a verdict, it counts as one monitored chunk of its context. */
@@ -443,6 +452,46 @@ static void on_group_verdict(int ctx, const ca_monitor_result_t* r) {
 }
 
 /* ---- the policy hooks -------------------------------------------------------------------- */
+/* May context c's chunk of n bytes be monitored?  (place's quick look: the budget and the
+   glibc-owned contexts are asked in place_rare.)  A chunk below the L2 cannot stream more than
+   the L2 by itself: it is judged with its context's other chunks below the L2, as a member of
+   their group (monitor.c); while the group is on, one chunk per sampling period of the
+   context's bytes joins, as small chunks are sampled, so a group spans several L2s of them. */
+static inline bool may_monitor(nw_ctx_t* c, int ctx, size_t n) {
+  if (n < NW.judged_min) {
+    if (!NW.groups) return false;
+    if (c->group_on) return NW.monitor_all || atomic_load_explicit(&c->bytes, ca_relaxed) >= c->member_bytes;
+  }
+  if (NW.monitor_all) return true;
+  return _ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0;
+}
+
+/* The rest of `place`, for the few chunks that are monitored or get restrictive pages. */
+static ca_noinline void* place_rare(int ctx, size_t n, bool zero, ca_mapping_t m, bool monitor) {
+  nw_ctx_t* c = &NW.ctx[ctx];
+  void* p = NULL;
+  uint8_t flavour = m == CA_MAP_RESTRICTIVE ? restrictive_now() : 0;
+  if (m == CA_MAP_RESTRICTIVE) bump(&c->restrictive, 1);
+  if (monitor && _ca_nw_context_info(ctx)->in_libc) {
+    /* glibc fills its own buffers (stdio, directory streams) through internal system calls
+       that cannot be interposed: a sampled page there would make them fail with EFAULT */
+    atomic_store_explicit(&c->countdown, SKIP_MAX, ca_relaxed);
+  } else if (monitor && n >= NW.judged_min) {
+    if (within_budget(_ca_monitor_samples(n / CA_OS_PAGE), _ca_nw_budget_halves(ctx))) {
+      monitor_ready();
+      p = place_monitored(ctx, n, zero, m, flavour);
+    }
+  } else if (monitor && (c->group_on || (atomic_load_explicit(&c->inflight, ca_relaxed) == 0 && group_budget(ctx)))) {
+    monitor_ready();
+    p = place_member(ctx, n, zero, m, flavour);
+  }
+  if (p == NULL && flavour != 0) p = alloc_mapped(n, zero, flavour, false);
+  if (m == CA_MAP_RESTRICTIVE && NW.protect && !_ca_protect_armed()) arm_protection();
+  return p;
+}
+
+/* Every chunk of a page or more: its context, counted; NULL (the core allocates as usual)
+   unless it is monitored or restrictive. */
 static void* place(size_t n, bool zero, const void* frame, const void* ret) {
   if (busy) return NULL;                      /* the stack scan or a colour set allocating */
   busy = true;
@@ -452,30 +501,9 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
     nw_ctx_t* c = &NW.ctx[ctx];
     bump(&c->chunks, 1);
     bump(&c->bytes, n);
-    bump(&NW.chunks, 1);
     ca_mapping_t m = _ca_nw_predict(ctx);
-    uint8_t flavour = m == CA_MAP_RESTRICTIVE ? restrictive_now() : 0;
-    if (m == CA_MAP_RESTRICTIVE) { bump(&c->restrictive, 1); bump(&NW.restrictive, 1); }
-    /* glibc fills its own buffers (stdio, directory streams) through internal system calls
-       that cannot be interposed: a sampled page there would make them fail with EFAULT */
-    /* a chunk smaller than the L2 cannot stream more than the L2 by itself: it is judged with
-       its context's other chunks below the L2, as a member of their group (monitor.c) */
-    bool in_libc = _ca_nw_context_info(ctx)->in_libc;
-    if (n >= NW.judged_min) {
-      bool watch = NW.monitor_all || (_ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0);
-      if (watch && !in_libc && within_budget(_ca_monitor_samples(n / CA_OS_PAGE), _ca_nw_budget_halves(ctx))) {
-        monitor_ready();
-        p = place_monitored(ctx, n, zero, m, flavour);
-      }
-    } else if (NW.groups && !in_libc && (!c->group_on || NW.monitor_all || atomic_load_explicit(&c->bytes, ca_relaxed) >= c->member_bytes) &&
-               group_due(ctx, c->group_on)) {
-      /* while its group is on, one chunk per sampling period of the context's bytes joins, as
-         small chunks are sampled: a group then spans several L2s of the context's chunks */
-      monitor_ready();
-      p = place_member(ctx, n, zero, m, flavour);
-    }
-    if (p == NULL && flavour != 0) p = alloc_mapped(n, zero, flavour, false);
-    if (m == CA_MAP_RESTRICTIVE && NW.protect && !_ca_protect_armed()) arm_protection();
+    bool monitor = may_monitor(c, ctx, n);
+    if (ca_unlikely(monitor || m == CA_MAP_RESTRICTIVE)) p = place_rare(ctx, n, zero, m, monitor);
   }
   busy = false;
   return p;
@@ -606,23 +634,26 @@ static void context_json(ca_buf_t* b, int i) {
 }
 
 void _ca_nightwatch_stats_json(ca_buf_t* b) {
-  uint64_t ph = 0, pm = 0;
+  uint64_t ph = 0, pm = 0, chunks = 0, restrictive = 0;
   int n = _ca_nw_contexts();
-  for (int i = 0; i < n; i++) { ph += NW.ctx[i].pred_hits; pm += NW.ctx[i].pred_misses; }
+  for (int i = 0; i < n; i++) {
+    ph += NW.ctx[i].pred_hits; pm += NW.ctx[i].pred_misses;
+    chunks += NW.ctx[i].chunks; restrictive += NW.ctx[i].restrictive;
+  }
   ca_nw_site_stats_t st;
   _ca_nw_sites_stats(&st);
   ca_buf_str(b, "{\"enabled\":");
   ca_buf_str(b, _ca_policy == &policy ? "true" : "false");
   ca_buf_str(b, ",\"off_reason\":\""); ca_buf_str(b, NW.off_reason); ca_buf_str(b, "\"");
   ca_buf_str(b, ",\"monitor_all\":"); ca_buf_str(b, NW.monitor_all ? "true" : "false");
-  ca_buf_field_u64(b, "chunks", NW.chunks);
+  ca_buf_field_u64(b, "chunks", chunks);
   ca_buf_field_u64(b, "monitored", NW.monitored);
   ca_buf_field_u64(b, "monitor_lost", NW.lost);
   ca_buf_field_u64(b, "over_budget", NW.over_budget);
   ca_buf_field_u64(b, "budget_per_mille", NW.budget_pm);
   ca_buf_field_u64(b, "monitor_cost_ns", _ca_monitor_cost_ns() + NW.alloc_cost_ns);
   ca_buf_field_u64(b, "run_ns", _ca_clock_ns() - NW.start_ns);
-  ca_buf_field_u64(b, "restrictive", NW.restrictive);
+  ca_buf_field_u64(b, "restrictive", restrictive);
   ca_buf_field_u64(b, "switches", NW.switches);
   ca_buf_field_u64(b, "small_period", (uint64_t)_ca_sample_period);
   ca_buf_field_u64(b, "small_samples", NW.small_samples);
