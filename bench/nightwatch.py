@@ -3,7 +3,7 @@
 
   python3 bench/nightwatch.py [--reps 5] [--quick] [--chromalloc PATH] [--out DIR]
                               [--only frames,requests,messages,packets,neutral,victims]
-                              [--skip corun,foundation,mimalloc] [--corun-seconds 2] [--settle 20]
+                              [--skip corun,foundation,instructions,mimalloc] [--corun-seconds 2] [--settle 20]
 
 Programs: pv (bench/nightwatch/pv.c, built here with cc -std=c11 -O2) and the foundation
 suite of bench/run.py (bench/src/*.c, with run.py's own build function), all built into
@@ -25,6 +25,14 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
               nightwatch=1: the policy's cost on allocation-heavy programs; 3 x --reps
               repetitions (short programs, and a 1% target: with 7, larson read 1.044 on / off
               in a run where 21 interleaved runs by hand read 0.990).
+  instructions  the same four under callgrind (valgrind; installed with apt-get when missing),
+              nightwatch=0 against nightwatch=1,nightwatch_budget=0: the policy's own work
+              (naming contexts, sampling, predicting) in instructions, which do not vary from
+              run to run as wall time does here; no traps (valgrind cannot resume a trapped
+              instruction correctly, and these short runs trap nothing under the default budget
+              anyway: the monitoring time of the wall-time runs is read from their statistics).
+              Once each, larson (threads: its count moves by ~0.5%) 3 times (--reps if fewer);
+              2 at a time.
 
 --profile: measure the machine's colours first (chromalloc calibrate, saved in
 build/bench/nightwatch/machine-profile.json) and give every chromalloc run that profile, as a
@@ -72,6 +80,7 @@ CLEAN = ["neutral", "victims"]               # no polluter: must not slow down
 ALONE = {"frames-alone": "frames", "requests-alone": "requests", "messages-alone": "messages",
          "packets-alone": "packets"}
 FOUNDATION = ["churn", "mixed", "large", "larson"]
+INSTR_CONFIGS = {"chromalloc-off": "nightwatch=0", "chromalloc-on": "nightwatch=1,nightwatch_budget=0"}
 CONFIGS = ["glibc", "mimalloc", "chromalloc-off", "chromalloc-on", "chromalloc-monitor"]
 CORUN_CONFIGS = ["glibc", "chromalloc-off", "chromalloc-on"]
 # expected roles of pv's allocation sites (function names), for the context check
@@ -151,7 +160,7 @@ def build_pv(cc):
 
 @dataclass
 class Run:
-    experiment: str                           # workload | corun-victim | corun-polluter | foundation
+    experiment: str                           # workload | corun-victim | corun-polluter | foundation | instructions
     workload: str
     config: str
     rep: int
@@ -163,6 +172,9 @@ class Run:
     frames: int | None = None
     wall_s: float | None = None
     maxrss_kib: int | None = None
+    instructions: int | None = None           # callgrind's count (instructions experiment)
+    user_s: float | None = None               # CPU time in user space and in the kernel (foundation)
+    sys_s: float | None = None
     checksum: str | None = None
     nw: dict | None = None                    # the "nightwatch" object of the stats, if any
     colours: dict | None = None               # colour layer: state, restrictive spans coloured or not
@@ -501,7 +513,8 @@ def foundation_experiment(br, lib, reps, stats_dir):
                     r = br.Run(b, a.name, rep, error=f"could not start: {e}")
                     loud(f"FAILED: foundation {b} under {a.name}, rep {rep}: {r.error}")
                 run = Run("foundation", b, a.name, rep, total_s=r.seconds, wall_s=r.seconds,
-                          maxrss_kib=r.maxrss_kib, checksum=r.checksum, error=r.error)
+                          maxrss_kib=r.maxrss_kib, checksum=r.checksum, error=r.error,
+                          user_s=r.user_seconds, sys_s=r.sys_seconds)
                 sp = Path(a.env["CHROMALLOC_STATS"])
                 if sp.exists():
                     try:
@@ -525,10 +538,50 @@ def foundation_experiment(br, lib, reps, stats_dir):
     return runs
 
 
+def instructions_experiment(br, lib, reps):
+    valgrind = shutil.which("valgrind")
+    if not valgrind and br.apt_install("valgrind"):
+        valgrind = shutil.which("valgrind")
+    if not valgrind:
+        loud("WARNING: valgrind missing and not installable: instructions experiment skipped")
+        return []
+    jobs = [(b, c, rep) for b in FOUNDATION for rep in range(1, (min(reps, 3) if b in br.MULTI_THREADED else 1) + 1)
+            for c in INSTR_CONFIGS]
+    say(f"\n=== instructions: {', '.join(FOUNDATION)} under callgrind, {', '.join(f'{c} ({o})' for c, o in INSTR_CONFIGS.items())}"
+        f"; {len(jobs)} runs, 2 at a time (minutes)")
+
+    def one(job):
+        b, c, rep = job
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",) + OWN_ENV}
+        env.update(LD_PRELOAD=str(lib), CHROMALLOC_OPTIONS=INSTR_CONFIGS[c])
+        run = Run("instructions", b, c, rep)
+        try:
+            r = subprocess.run([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", str(BUILD / b)],
+                               env=env, capture_output=True, text=True, timeout=3600)
+            m = re.search(r"Collected : (\d+)", r.stderr)
+            run.instructions = int(m.group(1)) if m else None
+            if r.returncode != 0 or m is None:
+                run.error = f"exit {r.returncode}" + ("" if m else ", no instruction count")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            run.error = str(e)
+        return run
+
+    from concurrent.futures import ThreadPoolExecutor
+    runs = []
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        for r in ex.map(one, jobs):
+            runs.append(r)
+            say(f"rep {r.rep}  {r.workload:<8} {r.config:<15} {fmt(r.instructions, ',', 'n/a'):>16} instructions"
+                + ("" if r.ok else f"  FAILED: {r.error}"))
+            if not r.ok:
+                loud(f"FAILED: instructions {r.workload} under {r.config}, rep {r.rep}: {r.error}")
+    return runs
+
+
 # ---------------------------------------------------------------------------------------
 # Summary and targets
 
-def summarise(runs, corun, found, cfg_names):
+def summarise(runs, corun, found, instr, cfg_names):
     wl = {}
     for w in WORKLOADS + list(ALONE):
         wl[w] = {}
@@ -605,6 +658,24 @@ def summarise(runs, corun, found, cfg_names):
         per = [fd[b]["ratio_on_vs_off"] for b in FOUNDATION]
         fd["geomean_ratio_on_vs_off"] = geomean(per) if all(per) else None
         fd["geomean_ratio_on_vs_off_available"] = geomean(per)
+    # the policy's cost: its instructions, and the monitoring time of the wall-time runs
+    for b in FOUNDATION if instr else []:
+        d = fd.setdefault(b, {})
+        for c in INSTR_CONFIGS:
+            d[c + "-instructions"] = median([r.instructions for r in instr if r.workload == b and r.config == c and r.ok])
+        d["instructions_on_vs_off"] = ratio(d["chromalloc-on-instructions"], d["chromalloc-off-instructions"])
+        shares = [r.nw["monitor_cost_ns"] / r.nw["run_ns"] for r in found
+                  if r.workload == b and r.config == "chromalloc-on" and r.ok and r.nw and r.nw.get("run_ns")
+                  and isinstance(r.nw.get("monitor_cost_ns"), (int, float))]
+        d["monitoring_share_on"] = median(shares)
+        # the extra instructions are user-space ones: they slow the part of the run spent there
+        # (large: 8 M instructions in 0.5 s, mostly page faults)
+        users = [r.user_s / (r.user_s + r.sys_s) for r in found if r.workload == b and r.config == "chromalloc-off"
+                 and r.ok and r.user_s is not None and r.sys_s is not None and r.user_s + r.sys_s > 0]
+        d["user_share_off"] = median(users)
+        extra = d["instructions_on_vs_off"]
+        d["policy_cost"] = ((extra - 1) * (d["user_share_off"] if d["user_share_off"] is not None else 1)
+                            + (d["monitoring_share_on"] or 0) if extra is not None else None)
     return wl, ratios, pred, ctx, ctx_default, co, fd
 
 
@@ -615,7 +686,7 @@ def verdict(value, limit, higher_is_better, ran=True):
     return "PASS" if (value >= limit if higher_is_better else value <= limit) else "FAIL"
 
 
-def targets(wl, ratios, fd, found_ran):
+def targets(wl, ratios, fd, found_ran, instr_ran):
     def ran(w, *cs):                           # were these configurations run on w at all?
         return all(wl.get(w, {}).get(c, {}).get("runs") for c in cs)
     t = []
@@ -642,6 +713,18 @@ def targets(wl, ratios, fd, found_ran):
         t.append((name, "FAIL" if missing else verdict(g, TARGETS["overhead"], False),
                   (f"no result for {', '.join(missing)}; " if missing else "") + fmt(g, ".4f")
                   + "  [" + ", ".join(f"{b} {fmt(v, '.3f')}" for b, v in zip(FOUNDATION, per)) + "]"))
+    limit = TARGETS["overhead"] - 1
+    name = (f"foundation: policy cost (extra instructions (callgrind) x user share of CPU time + monitoring "
+            f"time share, both of the wall-time runs) <= {limit:.0%} for each")
+    if not instr_ran:
+        t.append((name, "SKIP", "not run"))
+    else:
+        per = [fd.get(b, {}).get("policy_cost") for b in FOUNDATION]
+        worst = None if None in per else max(per)
+        t.append((name, verdict(worst, limit, False), f"worst {fmt(worst, '.2%')}  [" + ", ".join(
+            f"{b} {fmt(fd[b].get('instructions_on_vs_off'), '.4f')} instr x {fmt(fd[b].get('user_share_off'), '.2f')}"
+            f" + {fmt(fd[b].get('monitoring_share_on'), '.2%')}"
+            for b in FOUNDATION if b in fd) + "]"))
     return t
 
 
@@ -650,7 +733,7 @@ def targets(wl, ratios, fd, found_ran):
 
 def write_csv(path, runs):
     cols = ["experiment", "workload", "config", "rep", "victim_ns", "victim_ns_p10", "victim_ns_p90",
-            "total_s", "victim_s", "frames", "wall_s", "maxrss_kib", "checksum", "ok", "nw_enabled",
+            "total_s", "victim_s", "frames", "wall_s", "maxrss_kib", "instructions", "user_s", "sys_s", "checksum", "ok", "nw_enabled",
             "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
             "restrictive_spans_coloured", "restrictive_spans_ordinary", "protect_pages_checked",
             "protect_pages_moved", "error"]
@@ -663,7 +746,8 @@ def write_csv(path, runs):
             w.writerow([r.experiment, r.workload, r.config, r.rep, fmt(r.victim_ns, ".4f", ""),
                         fmt(r.victim_ns_p10, ".4f", ""), fmt(r.victim_ns_p90, ".4f", ""),
                         fmt(r.total_s, ".5f", ""), fmt(r.victim_s, ".5f", ""), r.frames or "",
-                        fmt(r.wall_s, ".5f", ""), r.maxrss_kib or "", r.checksum or "", int(r.ok),
+                        fmt(r.wall_s, ".5f", ""), r.maxrss_kib or "", r.instructions or "",
+                        fmt(r.user_s, ".5f", ""), fmt(r.sys_s, ".5f", ""), r.checksum or "", int(r.ok),
                         "" if "enabled" not in nw else int(bool(nw["enabled"])), nw.get("chunks", ""),
                         nw.get("monitored", ""), nw.get("restrictive", ""),
                         "" if pc is None else pc[0], "" if pc is None else pc[1],
@@ -735,17 +819,21 @@ def plot(path, wl, ratios, co, fd, cfg_names):
     a = ax[1][1]
     bs = [b for b in FOUNDATION if b in fd]
     if bs:
-        ys = [fd[b]["ratio_on_vs_off"] or 0 for b in bs] + [fd.get("geomean_ratio_on_vs_off") or 0]
-        a.bar(range(len(ys)), ys, color="#d62728")
+        series = [("wall time", [fd[b].get("ratio_on_vs_off") for b in bs] + [fd.get("geomean_ratio_on_vs_off")], "#d62728"),
+                  ("instructions (callgrind)", [fd[b].get("instructions_on_vs_off") for b in bs] + [None], "#1f77b4")]
+        series = [(n, [y or 0 for y in ys], c) for n, ys, c in series if any(ys)]
+        for i, (n, ys, c) in enumerate(series):
+            a.bar([x + (i - (len(series) - 1) / 2) * 0.4 for x in range(len(ys))], ys, 0.4, label=n, color=c)
         a.axhline(1.0, color="black", linewidth=0.8)
         a.axhline(TARGETS["overhead"], color="red", linewidth=0.8, linestyle=":", label=f"target {TARGETS['overhead']}")
-        a.set_xticks(range(len(ys)))
+        a.set_xticks(range(len(bs) + 1))
         a.set_xticklabels(bs + ["geomean"])
+        ys = [y for _, v, _ in series for y in v]
         lo = min([y for y in ys if y] + [0.97])
         hi = max(ys + [1.03])
         a.set_ylim(lo - 0.01, hi + 0.01)
         a.legend(fontsize=8)
-    a.set_ylabel("wall time nightwatch=1 / nightwatch=0")
+    a.set_ylabel("nightwatch=1 / nightwatch=0")
     a.set_title("policy cost on allocation-heavy benchmarks (lower is better)")
     fig.suptitle("NightWatch: victims protected from polluters (bench/nightwatch.py)")
     fig.tight_layout()
@@ -805,14 +893,25 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
         r = co["ratios"]
         say(f"  on/off speed-up {fmt(r['speedup_on_vs_off'])}, on vs glibc {fmt(r['speedup_on_vs_glibc'])}, "
             f"glibc co-run / alone {fmt(r['pollution_factor_glibc'])} (the pollution there is to remove)")
-    if fd:
+    if any("ratio_on_vs_off" in fd.get(b, {}) for b in FOUNDATION):
         say("\nFoundation benchmarks: median wall s, nightwatch=0 / nightwatch=1 [min-max]")
         for b in FOUNDATION:
-            if b in fd:
+            if "ratio_on_vs_off" in fd.get(b, {}):
                 d = fd[b]
                 say(f"  {b:<8}" + "".join(
                     f"{fmt(d[c]['median_seconds'], '.3f'):>8} [{fmt(d[c]['min_seconds'], '.3f')}-{fmt(d[c]['max_seconds'], '.3f')}]"
                     for c in ("chromalloc-off", "chromalloc-on")) + f"   ratio {fmt(d['ratio_on_vs_off'], '.4f')}")
+    if any("instructions_on_vs_off" in fd.get(b, {}) for b in FOUNDATION):
+        say("\nFoundation benchmarks: instructions (callgrind, median), " + " / ".join(f"{c} {o}" for c, o in INSTR_CONFIGS.items())
+            + "; user share: user / (user + sys) CPU time of the wall-time runs with nightwatch=0; monitoring share: "
+            "monitor_cost_ns / run_ns of those with nightwatch=1 (medians)")
+        for b in FOUNDATION:
+            d = fd.get(b, {})
+            if "instructions_on_vs_off" in d:
+                say(f"  {b:<8}{fmt(d['chromalloc-off-instructions'], ',', 'n/a'):>16}{fmt(d['chromalloc-on-instructions'], ',', 'n/a'):>16}"
+                    f"   ratio {fmt(d['instructions_on_vs_off'], '.4f')}   user share {fmt(d['user_share_off'], '.2f')}"
+                    f"   monitoring {fmt(d['monitoring_share_on'], '.2%')}"
+                    f"   policy cost {fmt(d['policy_cost'], '.2%')}")
 
 
 def context_check(ctx):
@@ -835,7 +934,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, short workloads")
     ap.add_argument("--chromalloc", help="libchromalloc.so to measure (default build/libchromalloc.so)")
     ap.add_argument("--only", help="comma-separated workloads (default: " + ",".join(WORKLOADS) + ")")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: corun, foundation, mimalloc")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: corun, foundation, instructions, mimalloc")
     ap.add_argument("--corun-seconds", type=float, help="victim duration in the co-running runs (default 2)")
     ap.add_argument("--settle", type=float, default=20.0,
                     help="at most this many seconds each NightWatch run waits after its first 20 frames "
@@ -853,8 +952,8 @@ def main():
     reps = args.reps or (1 if args.quick else 5)
     skip = {s for s in args.skip.split(",") if s}
     only = args.only.split(",") if args.only else list(WORKLOADS)
-    if reps < 1 or skip - {"corun", "foundation", "mimalloc"} or args.settle < 0 or set(only) - set(WORKLOADS):
-        ap.error(f"--reps must be >= 1; --skip takes corun, foundation, mimalloc; --only takes {', '.join(WORKLOADS)}")
+    if reps < 1 or skip - {"corun", "foundation", "instructions", "mimalloc"} or args.settle < 0 or set(only) - set(WORKLOADS):
+        ap.error(f"--reps must be >= 1; --skip takes corun, foundation, instructions, mimalloc; --only takes {', '.join(WORKLOADS)}")
     WORKLOADS[:] = [w for w in WORKLOADS if w in only]
     for a in [a for a, w in ALONE.items() if w not in only]:
         del ALONE[a]
@@ -931,11 +1030,14 @@ def main():
     if "foundation" not in skip and lib_info:
         with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
             found = foundation_experiment(br, Path(lib_info["measured_copy"]), 3 * reps, Path(tmp))
+    instr = []
+    if "instructions" not in skip and lib_info:
+        instr = instructions_experiment(br, Path(lib_info["measured_copy"]), reps)
     elapsed = time.monotonic() - t_start
 
-    all_runs = runs + corun + found
-    wl, ratios, pred, ctx, ctx_default, co, fd = summarise(runs, corun, found, cfg_names)
-    tg = targets(wl, ratios, fd, bool(found)) + [context_check(ctx)]
+    all_runs = runs + corun + found + instr
+    wl, ratios, pred, ctx, ctx_default, co, fd = summarise(runs, corun, found, instr, cfg_names)
+    tg = targets(wl, ratios, fd, bool(found), bool(instr)) + [context_check(ctx)]
     if lib_info:
         lib_info["changed_during_run"] = (hashlib.sha256(src.read_bytes()).hexdigest() != lib_info["sha256"]
                                           if src.exists() else True)
