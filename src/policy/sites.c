@@ -200,6 +200,16 @@ static entry_t entry_of(_Atomic(uint64_t)* table, uint32_t size, uintptr_t ret, 
   return t;
 }
 
+/* May the size table name the chunk of a wrapper site whose caller pair ce is not known?  Only
+   when the pair says nothing else: no caller word, the pair ambiguous (a wrapper of a wrapper),
+   or the pair learning towards the size's own context.  A caller never seen at the site is news
+   the size table cannot know of (a new thread's chunks of a size the main thread's chunks had
+   there were named the main thread's context until a re-check). */
+static bool size_may_answer(entry_t ce, int ctx) {
+  if (ce.e == NULL || ((ce.v & KEY_MASK) == ce.key && (ce.v & AMBIGUOUS))) return true;
+  return (ce.v & KEY_MASK) == ce.key && ((ce.v >> KEY_BITS) & 0xFFF) == (uint64_t)ctx + 1;
+}
+
 /* Everything but the fast path: the size table, scans, learning.  v and caller: the site's word
    and its caller (0: none known) as the fast path read them; s NULL: no room for the site. */
 static ca_noinline int context_slow(site_t* s, uint32_t v, uintptr_t caller, size_t n, const void* frame, const void* ret) {
@@ -210,7 +220,7 @@ static ca_noinline int context_slow(site_t* s, uint32_t v, uintptr_t caller, siz
     if (caller != 0) ce = entry_of(S.callers, CALLERS, (uintptr_t)ret, caller);   /* not known yet: learn */
     se = entry_of(S.sizes, SIZE_TABLE, (uintptr_t)ret, n);
     int ctx = entry_known(se.v, se.key);
-    if (ctx >= 0) { count(&S.size_hits); return ctx; }
+    if (ctx >= 0 && size_may_answer(ce, ctx)) { count(&S.size_hits); return ctx; }
   }
   found_t f = scan(frame, ret);
   if (f.ctx < 0) return f.ctx;

@@ -189,6 +189,54 @@ static void test_sites(void) {
   CHECK(st.scans - before < 60);
 }
 
+/* Leaves are re-checked by a scan in about 1 of 256 uses (a random gap per thread, 1-511).
+   A thread's first use of a wrapper site is named from the caller table: the read of the
+   caller's word finds the thread's stack (it waited for a first scan, which every new thread
+   then made when the size table could not name the chunk). */
+static NOINLINE int wrapper3(size_t n) { int c = ctx_here(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int via_t(size_t n) { int c = wrapper3(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int via_u(size_t n) { int c = wrapper3(n); __asm__ volatile("" ::: "memory"); return c; }
+static NOINLINE int via_v(size_t n) { int c = wrapper3(n); __asm__ volatile("" ::: "memory"); return c; }
+static void* thread_via_t(void* arg) {
+  int* got = arg;
+  for (int i = 0; got[i] != -2; i++) got[i] = via_t(16384);
+  return NULL;
+}
+static int in_thread(int* got) {
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, thread_via_t, got), 0);
+  pthread_join(t, NULL);
+  return got[0];
+}
+static void test_site_checks(void) {
+  ca_nw_site_stats_t st;
+  _ca_nw_sites_stats(&st);
+  uint64_t before = st.scans;
+  for (int i = 0; i < 2560; i++) { leaf_a(); leaf_b(); leaf_a(); leaf_b(); }
+  _ca_nw_sites_stats(&st);
+  CHECK(st.scans - before >= 10 && st.scans - before <= 100);   /* 10240 uses: ~40 checks */
+  /* wrapper3: a wrapper (main calls it through via_u and via_v); threads call it through
+     via_t; chunks of one size from main and from threads make the size table ambiguous there */
+  via_u(16384);
+  via_v(16384);
+  int learn[11], a = -1, b = -1;
+  learn[10] = -2;
+  for (int t = 0; t < 12; t++) {
+    in_thread(learn);
+    a = via_u(16384);
+    a = via_u(16384);
+  }
+  b = learn[9];
+  for (int i = 0; i < 10; i++) CHECK_EQ(learn[i], b);
+  CHECK(a >= 0 && b >= 0 && a != b);
+  _ca_nw_sites_stats(&st);
+  before = st.scans;
+  int one[2] = { 0, -2 };
+  for (int t = 0; t < 40; t++) CHECK_EQ(in_thread(one), b);
+  _ca_nw_sites_stats(&st);
+  CHECK(st.scans - before <= 3);                /* was one per thread */
+}
+
 /* A stale word after an indirect call does not end the chain: a synthetic stack holds, above
    the call site, a return address after an indirect call in stale_g (nothing calls stale_g
    directly), then one after an indirect call in via_h, then one after a direct call to via_h
@@ -470,6 +518,7 @@ int main(void) {
   test_tracer();
   test_predictor();
   test_sites();
+  test_site_checks();
   test_signal_stack();
   test_stale_indirect();
   test_wild_slot();
