@@ -18,8 +18,9 @@
                  two contexts (a wrapper of a wrapper) is ambiguous.
      sizes       the paper's size-to-context table (64K entries), keyed by site and size: for
                  the rest, a size whose last CONFIDENT scans from a site all found the same
-                 context names it without a scan (re-checked in 1 of VERIFY uses); a size seen
-                 from two contexts is ambiguous.  (Keyed by size alone, as in the paper, a size
+                 context names it without a scan (re-checked in 1 of VERIFY uses), unless the
+                 caller is new at the site (size_may_answer); a size seen from two contexts is
+                 ambiguous.  (Keyed by size alone, as in the paper, a size
                  learned at one wrapper named the chunks of another.)
 
    All are lock-free for readers; a race costs at most one wrongly attributed chunk. */
