@@ -201,14 +201,17 @@ static entry_t entry_of(_Atomic(uint64_t)* table, uint32_t size, uintptr_t ret, 
   return t;
 }
 
-/* May the size table name the chunk of a wrapper site whose caller pair ce is not known?  Only
-   when the pair says nothing else: no caller word, the pair ambiguous (a wrapper of a wrapper),
-   or the pair learning towards the size's own context.  A caller never seen at the site is news
-   the size table cannot know of (a new thread's chunks of a size the main thread's chunks had
-   there were named the main thread's context until a re-check). */
+/* May the size table name the chunk of a wrapper site whose caller pair ce is not known?  Not
+   when the pair is news: its slot empty (a caller never seen at the site: a new thread's chunks
+   of a size the main thread's chunks had there were named the main thread's context until a
+   re-check), or the pair learning towards another context.  A slot that holds another pair is
+   a collision in the direct-mapped table: the size answers, as before, rather than two pairs
+   scanning in turn for ever. */
 static bool size_may_answer(entry_t ce, int ctx) {
-  if (ce.e == NULL || ((ce.v & KEY_MASK) == ce.key && (ce.v & AMBIGUOUS))) return true;
-  return (ce.v & KEY_MASK) == ce.key && ((ce.v >> KEY_BITS) & 0xFFF) == (uint64_t)ctx + 1;
+  if (ce.e == NULL) return true;                                /* no caller word */
+  if ((ce.v & KEY_MASK) != ce.key) return ce.v != 0;
+  if (ce.v & AMBIGUOUS) return true;                            /* a wrapper of a wrapper */
+  return ((ce.v >> KEY_BITS) & 0xFFF) == (uint64_t)ctx + 1;
 }
 
 /* Everything but the fast path: the size table, scans, learning.  v and caller: the site's word
