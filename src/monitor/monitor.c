@@ -75,7 +75,7 @@
 #include <unistd.h>
 
 #define MAX_CHUNKS     128         /* chunks being sampled or awaiting delivery of their verdict */
-#define MAX_SAMPLES    64          /* pages sampled per chunk at most: 2 pairs each, enough to converge */
+#define MAX_SAMPLES    32          /* pages sampled per chunk at most: 2 pairs each, enough to converge */
 #define PAIRS_PER_PAGE 2
 #define MIN_EVIDENCE   8
 #define MARGIN_PCT     10

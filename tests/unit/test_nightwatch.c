@@ -18,9 +18,9 @@ static void test_sampling_count(void) {
   CHECK_EQ(_ca_monitor_samples(1), 1);
   CHECK_EQ(_ca_monitor_samples(2), 2);          /* 2^0.65 = 1.57 -> 2 */
   CHECK_EQ(_ca_monitor_samples(100), 20);       /* 19.95 */
-  CHECK_EQ(_ca_monitor_samples(512), 58);       /* 57.7 */
-  CHECK_EQ(_ca_monitor_samples(600), 64);       /* 63.6 */
-  CHECK_EQ(_ca_monitor_samples(1 << 20), 64);   /* capped */
+  CHECK_EQ(_ca_monitor_samples(150), 26);       /* 25.97 */
+  CHECK_EQ(_ca_monitor_samples(512), 32);       /* 57.7, capped */
+  CHECK_EQ(_ca_monitor_samples(1 << 20), 32);   /* capped */
 }
 
 /* the pair rule: a hit while the chunk's own footprint between the references fits the L2 */
