@@ -51,6 +51,11 @@ test: test-programs-monitored
 test-install: lib
 	tests/install/run.sh
 
+# `chromalloc report` on recorded statistics: the NightWatch table and timeline.
+.PHONY: test-report
+test-report:
+	tests/tools/report.sh
+
 # docs/options.md is generated from the library's option table and must not drift.
 test-docs: lib
 	@tools/chromalloc options --markdown --lib $(ABS_SO) | diff -u docs/options.md - \
@@ -65,7 +70,7 @@ test-colour-off: $(TEST_BIN)/test_colour_api-plain
 	CHROMALLOC_PROFILE=$(abspath $(TEST_BIN))/unusable-profile.json LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain disabled 2>&1 \
 	  | tee $(TEST_BIN)/colour-off.log; grep -q "chromalloc: cache colours cannot be controlled here (test: not controllable)" $(TEST_BIN)/colour-off.log
 
-test: test-programs test-install test-docs test-colour-off
+test: test-programs test-install test-docs test-report test-colour-off
 
 # The stress tests again under settings that change the slow paths: no segment cache and
 # immediate purging, never purging, and the index-unfriendly layout.

@@ -64,6 +64,7 @@
 #define CLASS_CTXS     4                     /* contexts the size table tells apart per class */
 #define ROUTE_SHARE_PCT 95                   /* restrictive contexts' share of a class's samples */
 #define ROUTE_MIN      8                     /* samples of a class before it is routed */
+#define EVENTS         96                    /* timeline entries kept (the first ones) */
 
 typedef struct nw_ctx_s {                     /* NightWatch's view of one context (sites.c) */
   _Atomic(uint64_t) chunks, bytes, restrictive;
@@ -86,6 +87,15 @@ typedef struct nw_class_s {                   /* the size table of small chunks,
   uint32_t          samples[CLASS_CTXS];
   uint32_t          total;                    /* with the samples of contexts beyond CLASS_CTXS */
 } nw_class_t;
+
+typedef enum nw_event_kind_e { EV_NONE, EV_VERDICT, EV_DECISION, EV_ROUTE, EV_COLOURS, EV_PROTECT } nw_event_kind_t;
+
+typedef struct nw_event_s {                   /* one entry of the timeline (statistics) */
+  uint32_t         ms;                        /* since start */
+  _Atomic(uint8_t) kind;                      /* nw_event_kind_t, stored last (EV_NONE: being written) */
+  bool             on;                        /* polluter, restrictive, routed */
+  uint32_t         arg;                       /* context, or a routed class's block size */
+} nw_event_t;
 
 typedef struct nw_watched_s {                 /* a chunk being monitored */
   void*        p;
@@ -116,6 +126,9 @@ static struct {
   _Atomic(uint64_t) monitored, switches, lost, over_budget, alloc_cost_ns;
   _Atomic(uint64_t) next_ok_ms[4];            /* the budget allows nothing before (coarse clock),
                                                  per share (within_budget) */
+  nw_event_t        events[EVENTS];           /* the timeline: when the policy changed its mind */
+  _Atomic(uint32_t) nevents;                  /* including those past EVENTS (not kept) */
+  bool              colours_seen;             /* EV_COLOURS logged */
 } NW;
 
 /* statistics counters on the allocation path: a plain load and store (no locked instruction);
@@ -125,6 +138,19 @@ static inline void bump(_Atomic(uint64_t)* c, uint64_t v) {
 }
 
 static __thread bool busy __attribute__((tls_model("initial-exec")));
+
+/* The timeline: verdicts, decisions, class routes, the colour layer found ready, protection
+   armed, each with its time, so that a run whose victim gained late (or not at all) can be
+   explained from its statistics.  Rare events (a few per context); the first EVENTS are kept. */
+static void log_event(nw_event_kind_t kind, uint32_t arg, bool on) {
+  uint32_t i = atomic_fetch_add_explicit(&NW.nevents, 1, ca_relaxed);
+  if (i >= EVENTS) return;
+  nw_event_t* e = &NW.events[i];
+  e->ms = (uint32_t)((_ca_clock_ns() - NW.start_ns) / 1000000);
+  e->on = on;
+  e->arg = arg;
+  atomic_store_explicit(&e->kind, (uint8_t)kind, ca_release);
+}
 
 /* ---- the predictor ---------------------------------------------------------------------- */
 ca_mapping_t _ca_nw_predict(int ctx) { return (ca_mapping_t)atomic_load_explicit(&NW.ctx[ctx].decision, ca_relaxed); }
@@ -162,6 +188,8 @@ ca_mapping_t _ca_nw_verdict(int ctx, ca_mapping_t predicted, const ca_monitor_re
   if (c->nverdicts < 2) c->nverdicts++;
   ca_mapping_t d = c->nverdicts == 2 && c->history == 3 ? CA_MAP_RESTRICTIVE : CA_MAP_OPEN;
   if (d != (ca_mapping_t)c->decision) NW.nrestrictive += d == CA_MAP_RESTRICTIVE ? 1 : -1;
+  log_event(EV_VERDICT, (uint32_t)ctx, polluter);
+  if (d != (ca_mapping_t)c->decision) log_event(EV_DECISION, (uint32_t)ctx, d == CA_MAP_RESTRICTIVE);
   atomic_store_explicit(&c->decision, d, ca_relaxed);
   _ca_unlock(&NW.lock);
   return d;
@@ -171,6 +199,8 @@ void _ca_nw_reset(void) {
   _ca_lock(&NW.lock);
   memset(NW.ctx, 0, sizeof NW.ctx);
   NW.nrestrictive = 0;
+  for (int i = 0; i < EVENTS; i++) atomic_store_explicit(&NW.events[i].kind, EV_NONE, ca_relaxed);
+  atomic_store_explicit(&NW.nevents, 0, ca_relaxed);
   _ca_unlock(&NW.lock);
   _ca_nw_sites_reset();
 }
@@ -203,7 +233,9 @@ static uint8_t restrictive_flavour(void) {
    generic paths for every routed block and a failed fill for every chunk. */
 static uint8_t restrictive_now(void) {
   uint8_t f = restrictive_flavour();
-  return f != 0 && _ca_colour_state() == CA_COLOURS_READY ? f : 0;
+  if (f == 0 || _ca_colour_state() != CA_COLOURS_READY) return 0;
+  if (!NW.colours_seen) { NW.colours_seen = true; log_event(EV_COLOURS, 0, true); }   /* racing threads: logged twice at worst */
+  return f;
 }
 
 /* own_pages: a large object starting on a page (as the paper aligns sampled chunks), so all
@@ -340,6 +372,7 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
    restrictive colours, in pages of the other 7/8 (a colour set registered for that). */
 static void arm_protection(void) {
   if (NW.restrict_id > 0 && _ca_colour_reserve(NW.restrict_id) != 0) NW.protect = false;   /* the program reserved another set */
+  log_event(EV_PROTECT, 0, NW.protect);
 }
 
 /* ---- small chunks: the size table, span-level mapping, groups ---------------------------- */
@@ -375,7 +408,7 @@ static void update_routes(void) {
   for (uint32_t k = 0; k < _ca_class_count; k++) {
     uint8_t f = want[k] ? restrictive_now() : 0;
     if (want[k] && NW.protect && !_ca_protect_armed()) arm_protection();
-    if (_ca_class_route(k) != f) _ca_route_class(k, f);
+    if (_ca_class_route(k) != f) { _ca_route_class(k, f); log_event(EV_ROUTE, (uint32_t)_ca_class_size[k], f != 0); }
   }
 }
 
@@ -633,6 +666,28 @@ static void context_json(ca_buf_t* b, int i) {
   ca_buf_str(b, "}");
 }
 
+static void timeline_json(ca_buf_t* b) {
+  static const char* const names[] = { NULL, "verdict", "decision", "route", "colours_ready", "protection" };
+  static const char* const args[] = { NULL, "context", "context", "size", NULL, NULL };
+  static const char* const flags[] = { NULL, "polluter", "restrictive", "restrictive", NULL, "armed" };
+  uint32_t n = atomic_load_explicit(&NW.nevents, ca_relaxed);
+  ca_buf_field_u64(b, "timeline_dropped", n > EVENTS ? n - EVENTS : 0);
+  ca_buf_str(b, ",\"timeline\":[");
+  for (uint32_t i = 0, first = 1; i < n && i < EVENTS; i++) {
+    const nw_event_t* e = &NW.events[i];
+    uint8_t k = atomic_load_explicit(&e->kind, ca_acquire);
+    if (k == EV_NONE) continue;               /* another thread is writing it */
+    if (!first) ca_buf_char(b, ',');
+    first = 0;
+    ca_buf_str(b, "{\"ms\":"); ca_buf_u64(b, e->ms);
+    ca_buf_str(b, ",\"event\":\""); ca_buf_str(b, names[k]); ca_buf_str(b, "\"");
+    if (args[k]) ca_buf_field_u64(b, args[k], e->arg);
+    if (flags[k]) { ca_buf_str(b, ",\""); ca_buf_str(b, flags[k]); ca_buf_str(b, e->on ? "\":true" : "\":false"); }
+    ca_buf_char(b, '}');
+  }
+  ca_buf_str(b, "]");
+}
+
 void _ca_nightwatch_stats_json(ca_buf_t* b) {
   uint64_t ph = 0, pm = 0, chunks = 0, restrictive = 0;
   int n = _ca_nw_contexts();
@@ -653,6 +708,7 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "budget_per_mille", NW.budget_pm);
   ca_buf_field_u64(b, "monitor_cost_ns", _ca_monitor_cost_ns() + NW.alloc_cost_ns);
   ca_buf_field_u64(b, "run_ns", _ca_clock_ns() - NW.start_ns);
+  ca_buf_field_u64(b, "start_monotonic_ns", NW.start_ns);
   ca_buf_field_u64(b, "restrictive", restrictive);
   ca_buf_field_u64(b, "switches", NW.switches);
   ca_buf_field_u64(b, "small_period", (uint64_t)_ca_sample_period);
@@ -674,6 +730,7 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"misses\":"); ca_buf_u64(b, pm); ca_buf_str(b, "}");
   ca_buf_str(b, ",\"monitor\":");
   _ca_monitor_stats_json(b);
+  timeline_json(b);
   /* the report buffer is bounded: the first MAX_REPORTED contexts, and how many were left out */
   ca_buf_field_u64(b, "contexts_omitted", n > MAX_REPORTED ? (uint64_t)(n - MAX_REPORTED) : 0);
   if (n > MAX_REPORTED) n = MAX_REPORTED;

@@ -3,6 +3,7 @@
    is involved. */
 #include "check.h"
 #include "../../src/core/internal.h"
+#include "../../src/core/buf.h"
 #include "../../src/policy/nightwatch.h"
 #include "../../src/policy/sites.h"
 #include "../../src/monitor/monitor.h"
@@ -107,6 +108,44 @@ static void test_predictor(void) {
   for (int i = 0; i < 5; i++) _ca_nw_verdict(v, _ca_nw_predict(v), &vic);
   CHECK_EQ(_ca_nw_predict(v), CA_MAP_OPEN);
   CHECK_EQ(_ca_nw_skip(v), 16);                            /* 5 correct: 1 2 4 8 16 */
+}
+
+/* The timeline in the statistics: each verdict, and each change of a context's decision, in
+   order; past its room the entries are counted, not kept. */
+static void test_timeline(void) {
+  static char json[1 << 17];
+  _ca_nw_reset();
+  uintptr_t f[1] = { 0x7000 };
+  int c = _ca_nw_context(0x7771, f, 1, false);
+  ca_monitor_result_t pol = verdict(true, 0, 10), vic = verdict(false, 9, 1);
+  _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
+  _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
+  _ca_nw_verdict(c, CA_MAP_RESTRICTIVE, &vic);
+  ca_buf_t b = ca_buf(json, sizeof json);
+  _ca_nightwatch_stats_json(&b);
+  CHECK(b.len < sizeof json);
+  char want[512];
+  const char* t = strstr(json, "\"timeline_dropped\":0,\"timeline\":[");
+  CHECK(t != NULL);
+  /* the five entries, times left out */
+  const char* kinds[5] = { "verdict", "verdict", "decision", "verdict", "decision" };
+  const char* flags[5] = { "\"polluter\":true", "\"polluter\":true", "\"restrictive\":true",
+                           "\"polluter\":false", "\"restrictive\":false" };
+  for (int i = 0; t != NULL && i < 5; i++) {
+    t = strstr(t, "{\"ms\":");
+    CHECK(t != NULL);
+    if (t == NULL) break;
+    snprintf(want, sizeof want, "\"event\":\"%s\",\"context\":%d,%s}", kinds[i], c, flags[i]);
+    const char* end = strchr(t, '}');
+    CHECK(end != NULL && strstr(t, want) == end + 1 - strlen(want));
+    t = end;
+  }
+  CHECK(t != NULL && strncmp(t, "}]", 2) == 0);               /* nothing else */
+  for (int i = 0; i < 200; i++) _ca_nw_verdict(c, CA_MAP_OPEN, &vic);
+  b = ca_buf(json, sizeof json);
+  _ca_nightwatch_stats_json(&b);
+  CHECK(strstr(json, "\"timeline_dropped\":109,") != NULL);  /* 205 events, 96 kept */
+  _ca_nw_reset();
 }
 
 /* Sites: a call site whose scans always find one context becomes a leaf (no more scans but a
@@ -518,6 +557,7 @@ int main(void) {
   test_pair_rule();
   test_tracer();
   test_predictor();
+  test_timeline();
   test_sites();
   test_site_checks();
   test_signal_stack();

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `chromalloc report` on recorded statistics (pv-messages-stats.json: `pv messages` under
+# chromalloc with NightWatch on, Zen 4 machine, 2026-11-26): the NightWatch context table and
+# the timeline come out as documented in docs/nightwatch.md ("Reading the statistics").
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
+fail=0
+expect() {
+  if ! grep -qF -- "$1" <<<"$out"; then echo "FAIL chromalloc report: no line with '$1'"; fail=1; fi
+}
+expect "nightwatch: 15 chunks of a page or more, 0 monitored"
+expect "sizes served from restrictive spans: 2064"
+expect "timeline (ms after start):"
+expect "     683  verdict polluter: 0x2bf6 (pv)"
+expect "     686  now restrictive: 0x2bf6 (pv)"
+expect "     686  colour layer ready (as first seen by the policy)"
+expect "     686  protection armed: open memory moves out of the restrictive colours"
+expect "     686  size class 2064 served from restrictive spans"
+expect "    4329  verdict polluter: 0x2bf6 (pv)"
+row=$(grep -F "0x2bf6 (pv)" <<<"$out" | grep -v "verdict\|now " || true)
+grep -q " restrictive " <<<"$row" || { echo "FAIL chromalloc report: the context row of 0x2bf6 (pv) does not say restrictive: $row"; fail=1; }
+[ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
+exit $fail
