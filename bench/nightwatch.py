@@ -177,6 +177,7 @@ class Run:
     sys_s: float | None = None
     checksum: str | None = None
     nw: dict | None = None                    # the "nightwatch" object of the stats, if any
+    acted: dict | None = None                 # when the policy acted, from pv --trace (acted_frame)
     colours: dict | None = None               # colour layer: state, restrictive spans coloured or not
     option_unknown: bool = False              # the library warned "unknown option 'nightwatch..."
     error: str = ""
@@ -267,13 +268,68 @@ def finish(run, p, cmd, report, stats_path, timeout, name):
     return run
 
 
-def run_pv(br, cfg, experiment, workload, rep, extra, cpu=None, timeout=PV_TIMEOUT):
+def run_pv(br, cfg, experiment, workload, rep, extra, cpu=None, timeout=PV_TIMEOUT, trace=False):
     with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
         report, stats = os.path.join(tmp, "report"), os.path.join(tmp, "stats.json")
-        argv = pv_argv(workload, extra)
+        trace_path = os.path.join(tmp, "trace") if trace else None
+        argv = pv_argv(workload, extra + ([f"--trace={trace_path}"] if trace else []))
         p, cmd = start(br, cfg, argv, report, stats, cpu)
         name = argv[1] + ("-alone" if "--no-polluter" in argv else "")
-        return finish(Run(experiment, workload, cfg.name, rep), p, cmd, report, stats, timeout, name)
+        run = finish(Run(experiment, workload, cfg.name, rep), p, cmd, report, stats, timeout, name)
+        if trace and run.ok and run.nw:
+            run.acted = acted(trace_path, run.nw)
+        return run
+
+
+def read_trace(path):
+    """pv --trace: (frame, start ns CLOCK_MONOTONIC, ns per lookup) per frame; [] when unreadable."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                x = line.split()
+                out.append((int(x[0]), int(x[1]), float(x[2])))
+    except (OSError, ValueError, IndexError):
+        return []
+    return out
+
+
+def acted(trace_path, nw):
+    """When the policy was in the state it ended in, from its timeline (statistics): every
+    context that ends restrictive decided so, the colour layer ready, every class routed at the
+    end routed.  The frame then, and the victim's median over the frames after it (without the
+    first 5: the change settles).  acted_frame None: it never placed anything restrictive (no
+    restrictive context, or the colour layer never ready); the reason in `why`."""
+    frames, events = read_trace(trace_path), nw.get("timeline")
+    if not frames or not isinstance(events, list) or "start_monotonic_ns" not in nw:
+        return None
+    ctxs = nw.get("contexts") or []
+    final = {i for i, c in enumerate(ctxs) if c.get("decision") == "restrictive"}
+    routed = set(nw.get("routed_sizes") or [])
+    last, ready = {}, None
+    for e in events:
+        k = e.get("event")
+        if k == "decision" and e.get("restrictive") and e.get("context") in final:
+            last[("ctx", e["context"])] = e["ms"]
+        elif k == "route" and e.get("restrictive") and e.get("size") in routed:
+            last[("size", e["size"])] = e["ms"]
+        elif k == "colours_ready" and ready is None:
+            ready = e["ms"]
+    out = {"acted_ms": None, "acted_frame": None, "victim_ns_after": None, "why": ""}
+    if not final:
+        out["why"] = "no context restrictive"
+    elif ready is None:
+        out["why"] = "colour layer never ready"
+    elif len(last) < len(final) + len(routed) or nw.get("timeline_dropped"):
+        out["why"] = "timeline incomplete"
+    else:
+        ms = max(list(last.values()) + [ready])
+        at = nw["start_monotonic_ns"] + ms * 1_000_000
+        out["acted_ms"] = ms
+        out["acted_frame"] = next((f for f, t, _ in frames if t >= at), len(frames))
+        after = [v for f, _, v in frames if f >= out["acted_frame"] + 5]
+        out["victim_ns_after"] = median(after) if after else None
+    return out
 
 
 def colour_state(c):
@@ -448,16 +504,24 @@ def workloads_experiment(br, cfgs, reps, quick, settle_ms):
         for w, cs in plan:
             k = (rep - 1) % len(cs)
             for cfg in cs[k:] + cs[:k]:
-                r = run_pv(br, cfg, "workload", w, rep, args(w, cfg))
+                r = run_pv(br, cfg, "workload", w, rep, args(w, cfg),
+                           trace=cfg.name == "chromalloc-on" and w in POLLUTED)
                 runs.append(r)
                 pc = pred_counts(r.nw)
                 say(f"rep {rep}/{reps}  {w:<15} {cfg.name:<19} victim {fmt(r.victim_ns, '7.2f')} ns  "
                     f"total {fmt(r.total_s, '6.3f')} s"
                     + (f"  pred {pc[0]}/{pc[0] + pc[1]}" if pc else "")
+                    + (f"  {acted_text(r.acted)}" if r.acted else "")
                     + ("" if r.ok else "  FAILED"))
     check_checksums(runs)
     say(f"workloads: {len(runs)} runs in {time.monotonic() - t0:.0f} s")
     return runs
+
+
+def acted_text(a):
+    if a.get("acted_frame") is None:
+        return f"never acted ({a.get('why')})"
+    return f"acted at frame {a['acted_frame']}, victim after {fmt(a.get('victim_ns_after'), '.2f')} ns"
 
 
 def corun_experiment(br, cfgs, reps, seconds):
@@ -596,6 +660,11 @@ def summarise(runs, corun, found, instr, cfg_names):
                         "total_s": median([r.total_s for r in good]),
                         "wall_s": median([r.wall_s for r in good]),
                         "maxrss_kib": median([r.maxrss_kib for r in good])}
+            if c == "chromalloc-on" and any(r.acted for r in good):
+                # each repetition: its victim, when the policy acted and the victim after that
+                wl[w][c]["reps"] = [{"rep": r.rep, "victim_ns": r.victim_ns, **(r.acted or {}),
+                                     "restrictive_spans_ordinary": (r.colours or {}).get("spans_ordinary")}
+                                    for r in good]
             if c.startswith("chromalloc"):
                 wl[w][c]["nightwatch"] = nw_totals(good)
                 wl[w][c]["prediction"] = prediction_summary(good)
@@ -736,7 +805,7 @@ def write_csv(path, runs):
             "total_s", "victim_s", "frames", "wall_s", "maxrss_kib", "instructions", "user_s", "sys_s", "checksum", "ok", "nw_enabled",
             "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
             "restrictive_spans_coloured", "restrictive_spans_ordinary", "protect_pages_checked",
-            "protect_pages_moved", "error"]
+            "protect_pages_moved", "acted_frame", "victim_ns_after_acting", "error"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -753,7 +822,9 @@ def write_csv(path, runs):
                         "" if pc is None else pc[0], "" if pc is None else pc[1],
                         (r.colours or {}).get("state", ""), (r.colours or {}).get("spans_filled", ""),
                         (r.colours or {}).get("spans_ordinary", ""), (r.colours or {}).get("protect_checked", ""),
-                        (r.colours or {}).get("protect_moved", ""), r.error])
+                        (r.colours or {}).get("protect_moved", ""),
+                        "" if not r.acted or r.acted.get("acted_frame") is None else r.acted["acted_frame"],
+                        fmt((r.acted or {}).get("victim_ns_after"), ".4f", ""), r.error])
 
 
 COLORS = {"glibc": "#7f7f7f", "mimalloc": "#2ca02c", "chromalloc-off": "#ff7f0e",
@@ -872,6 +943,15 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
             f"{fmt(s.get('restrictive'), '.0f'):>13} {ps(pd):>18} {ps(pm):>18}   "
             f"{'/'.join(s.get('colour_states') or ['n/a'])}, {fmt(s.get('restrictive_spans_coloured'), '.0f')}"
             f"/{fmt(s.get('restrictive_spans_ordinary'), '.0f')}")
+    reps_on = {w: wl[w].get("chromalloc-on", {}).get("reps") for w in WORKLOADS if wl[w].get("chromalloc-on", {}).get("reps")}
+    if reps_on:
+        say("\nWhen the policy acted (chromalloc-on, each rep: victim ns of the run / after the frame by which every "
+            "context ending restrictive was so, the colour layer ready and every routed class routed)")
+        for w, rs in reps_on.items():
+            say(f"  {w:<10}" + "   ".join(
+                f"{fmt(x['victim_ns'], '.2f')}/" + (f"{fmt(x.get('victim_ns_after'), '.2f')} @{x['acted_frame']}"
+                                                    if x.get("acted_frame") is not None else f"never ({x.get('why')})")
+                for x in rs))
     for w in WORKLOADS:
         if ctx.get(w):
             shown = [c for c in ctx[w] if c["expected"] or (c.get("chunks") or 0) >= 10]

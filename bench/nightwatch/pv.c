@@ -51,6 +51,9 @@
    (with --confine: a pollute buffer as ROCS has it, where nothing else uses the polluter's
    colours; NightWatch's open mapping is ordinary memory, which has 1/8 of its pages there).
    --seed=N changes the data (and the checksum).
+   --trace=FILE writes every frame's victim phase to FILE, one line each: frame number, start
+   (CLOCK_MONOTONIC ns), ns per lookup and the CPU it ended on, so that a run can be lined up with chromalloc's
+   NightWatch timeline (statistics: nightwatch.timeline, ms after start_monotonic_ns).
    --settle-ms=N (frames, requests, messages, packets, neutral, victims): sleep N ms after the first 20
    frames, which are then left out of the statistics, as is the sleep from total_s: the steady
    state of an allocator whose background work (chromalloc's colour worker) needs an idle
@@ -88,6 +91,7 @@ static long opt_victim_kib = -1, opt_buf_kib = -1, opt_frames = -1, opt_seed = 1
 static double opt_seconds = 4.0;
 static int opt_no_polluter = 0, opt_pin = 0, opt_confine = 0, opt_protect = 0;
 static long opt_settle_ms = 0;
+static const char* opt_trace = NULL;
 
 static long parse_num(const char* s, const char* name, long min) {
   char* end;
@@ -106,6 +110,7 @@ static void parse_options(int argc, char** argv) {
     else if (strcmp(a, "--pin") == 0) opt_pin = 1;
     else if (strcmp(a, "--confine") == 0) opt_confine = 1;
     else if (strcmp(a, "--protect") == 0) opt_protect = 1;
+    else if (strncmp(a, "--trace=", 8) == 0 && v[0]) opt_trace = v;
     else if (strncmp(a, "--settle-ms=", 12) == 0) opt_settle_ms = parse_num(v, "settle-ms", 0);
     else if (strncmp(a, "--victim-kib=", 13) == 0) opt_victim_kib = parse_num(v, "victim-kib", 8);
     else if (strncmp(a, "--buf-kib=", 10) == 0) opt_buf_kib = parse_num(v, "buf-kib", 4);
@@ -147,21 +152,39 @@ static long def_count(long v, long d) { return v < 0 ? d : v; }
 
 /* ---- timing ------------------------------------------------------------------------------- */
 
-typedef struct { double* v; size_t n, cap; double sum_s; } samples_t;
+typedef struct { double* v; uint64_t* at; int* cpu; size_t n, cap; double sum_s; } samples_t;
 
-/* room for `n` samples up front: no allocation between the timed phases */
+/* room for `n` samples up front: no allocation between the timed phases (with --trace, their
+   start times too) */
 static samples_t samples(size_t n) {
-  samples_t s = { check_alloc(malloc(n * sizeof(double)), n * sizeof(double)), 0, n, 0 };
+  samples_t s = { check_alloc(malloc(n * sizeof(double)), n * sizeof(double)), NULL, NULL, 0, n, 0 };
+  if (opt_trace) {
+    s.at = check_alloc(malloc(n * sizeof(uint64_t)), n * sizeof(uint64_t));
+    s.cpu = check_alloc(malloc(n * sizeof(int)), n * sizeof(int));
+  }
   return s;
 }
 
+/* a timed phase that took `ns` for `lookups`, ending now */
 static void sample(samples_t* s, uint64_t ns, uint64_t lookups) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 1024;
     s->v = check_alloc(realloc(s->v, s->cap * sizeof *s->v), s->cap * sizeof *s->v);
+    if (s->at) {
+      s->at = check_alloc(realloc(s->at, s->cap * sizeof *s->at), s->cap * sizeof *s->at);
+      s->cpu = check_alloc(realloc(s->cpu, s->cap * sizeof *s->cpu), s->cap * sizeof *s->cpu);
+    }
   }
+  if (s->at) { s->at[s->n] = now_ns() - ns; s->cpu[s->n] = sched_getcpu(); }
   s->v[s->n++] = (double)ns / (double)lookups;
   s->sum_s += (double)ns * 1e-9;
+}
+
+static void write_trace(const samples_t* s) {
+  FILE* f = fopen(opt_trace, "w");
+  if (!f) fail("--trace: cannot write %s: %s", opt_trace, strerror(errno));
+  for (size_t i = 0; i < s->n; i++) fprintf(f, "%zu %llu %.3f %d\n", i, (unsigned long long)s->at[i], s->v[i], s->cpu[i]);
+  if (fclose(f) != 0) fail("--trace: cannot write %s: %s", opt_trace, strerror(errno));
 }
 
 /* --settle-ms: after the first SETTLE_AT frames the program sleeps (an idle moment in which an
@@ -196,6 +219,7 @@ static size_t skipped(void) { return opt_settle_ms > 0 ? SETTLE_AT + 5 : 5; }
 /* the first `skip` frames (cold caches, first touches) are not part of the statistics */
 static void report(const char* name, samples_t* s, size_t skip, double total_s, uint64_t checksum,
                    int has_checksum) {
+  if (s->at) { write_trace(s); free(s->at); free(s->cpu); }
   size_t n = s->n > skip ? s->n - skip : 0;
   double* v = s->v + (s->n - n);
   double med = 0, p10 = 0, p90 = 0;
@@ -643,7 +667,7 @@ static void run_victim(void) {
 int main(int argc, char** argv) {
   bench_name = "pv";
   if (argc < 2) fail("usage: pv frames|requests|messages|packets|neutral|victims|polluter|victim [--victim-kib=N] "
-                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--no-polluter] [--pin]");
+                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--trace=FILE] [--no-polluter] [--pin]");
   parse_options(argc, argv);
   if (opt_pin) {                      /* this thread only; threads started later inherit it */
     cpu_set_t one;
