@@ -96,18 +96,34 @@ static bool refillable(const ca_heap_t* h, const ca_span_t* s) {
   return hk != NULL && hk->span_ready != NULL && seg != NULL && hk->span_ready(_ca_span_bytes(seg, s), h->flavour);
 }
 
+/* An empty span that is kept starts again from its first block, carved in address order as
+   in a new span.  Its lists hold the blocks in the order of the last frees, and each frame that
+   ends in the middle of a span's list mixes it further: in pv messages' kept spans, 43% of
+   consecutive blocks were neighbours after 2000 frames (97% in spans made anew), and writing
+   and reading them took 1.5x as long.  Only a span carved to its end restarts, so that between
+   two restarts a span hands out at least its blocks less a page (a program that takes and
+   gives back one block never carves that far). */
+static void span_restart(ca_heap_t* h, ca_span_t* s) {
+  _ca_stats_span_settle(h, s, list_length(s->free));
+  s->free = NULL;
+  s->local_free = NULL;
+  s->capacity = 0;
+  s->installed = 0;
+}
+
 void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
   ca_span_queue_t* q = &h->queues[s->sclass];
-  if (q->first == s && s->next == NULL) return;       /* keep the only span of a class warm */
-  /* a span of a flavour was assembled page by page (one mremap each) and would be taken apart
-     the same way: a flavour heap keeps its empty spans for the next blocks of their class (a
-     routed class's blocks, all freed every frame, were re-assembled every frame) until the
-     thread exits or calls chromalloc_collect / malloc_trim.  One the hook could not fill (its
-     pool was short) is ordinary memory: it is kept only until the hook could fill its
-     replacement (kept for good, it streamed 1 of pv packets' 7 spans through every colour each
-     frame; given back at once, it was made again, ordinary, every frame the pool stayed short) */
-  if (h->flavour != 0 && (s->flavour != 0 || !refillable(h, s))) return;
-  give_back(h, s);
+  /* keep the only span of a class warm; and a span of a flavour was assembled page by page
+     (one mremap each) and would be taken apart the same way: a flavour heap keeps its empty
+     spans for the next blocks of their class (a routed class's blocks, all freed every frame,
+     were re-assembled every frame) until the thread exits or calls chromalloc_collect /
+     malloc_trim.  One the hook could not fill (its pool was short) is ordinary memory: it is
+     kept only until the hook could fill its replacement (kept for good, it streamed 1 of pv
+     packets' 7 spans through every colour each frame; given back at once, it was made again,
+     ordinary, every frame the pool stayed short) */
+  bool keep = (q->first == s && s->next == NULL) || (h->flavour != 0 && (s->flavour != 0 || !refillable(h, s)));
+  if (!keep) give_back(h, s);
+  else if (s->capacity == s->reserved) span_restart(h, s);
 }
 
 /* chromalloc_collect / malloc_trim: the empty spans a thread's flavour heaps keep (see retire)

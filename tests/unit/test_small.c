@@ -5,6 +5,8 @@
      reaches the policy;
    - a routed size class (_ca_route_class) is served from the thread's heap of that flavour:
      malloc, calloc and realloc, in any thread, freed by any thread, and back when unrouted;
+     the flavour heap's kept spans hand out neighbouring blocks one after another, frame after
+     frame;
    - the monitor judges a group of sampled small chunks by their joint footprint: a context
      that writes 40 of them and reads them back in order is a polluter, one that reuses each
      soon is not, and the first L2's worth of members only mark footprint;
@@ -124,6 +126,41 @@ static void test_routing(void) {
   void* back = malloc(200);
   CHECK_EQ(flavour_of(back), 0);
   free(back);
+}
+
+/* A flavour heap keeps its empty spans; each time one empties it starts again in address order,
+   so that a routed class used frame after frame, each frame ending in the middle of a span's
+   list, still hands out neighbouring blocks one after another (2000 frames of pv messages
+   left 43% of them neighbours before; here, 1000 frames of 4.5 spans left 78%). */
+static void test_kept_order(void) {
+  enum { F = 4, FRAMES = 1000 };
+  static void* p[256];
+  size_t n = 2048;
+  uint32_t c = _ca_size_class(n), bs = _ca_class_size[c];
+  _ca_route_class(c, F);
+  free(malloc(n));                                            /* the heap sees the route */
+  void* q = malloc(n);
+  uint32_t per = _ca_span_of(_ca_segment_of(q), q)->reserved;
+  free(q);
+  size_t m = per * 9 / 2;                                     /* each frame ends in a span's middle */
+  CHECK(m <= 256);
+  if (m > 256) m = 256;
+  size_t adjacent = 0, pairs = 0;
+  for (int f = 0; f < FRAMES; f++) {
+    for (size_t i = 0; i < m; i++) { p[i] = malloc(n); memset(p[i], f, n); }
+    if (f == FRAMES - 1)
+      for (size_t i = 1; i < m; i++, pairs++) {
+        intptr_t d = (intptr_t)((char*)p[i] - (char*)p[i - 1]);
+        adjacent += d == (intptr_t)bs || d == -(intptr_t)bs;
+      }
+    CHECK_EQ(flavour_of(p[0]), F);
+    for (size_t i = 0; i < m; i++) free(p[i]);
+    if (f % 7 == 3) free(malloc(n));                          /* and now and then one more */
+  }
+  CHECK(adjacent * 10 >= pairs * 9);
+  if (adjacent * 10 < pairs * 9) fprintf(stderr, "kept spans: %zu of %zu consecutive blocks neighbours\n", adjacent, pairs);
+  _ca_route_class(c, 0);
+  chromalloc_collect();
 }
 
 /* ---- the monitor's groups ----------------------------------------------------------------- */
@@ -347,6 +384,7 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "core") == 0) {
     test_sampling();
     test_routing();
+    test_kept_order();
     test_groups();
     int st = check_done("test_small (core, monitor)");
     if (st != 0) return st;
