@@ -170,6 +170,7 @@ class Run:
     total_s: float | None = None
     victim_s: float | None = None
     frames: int | None = None
+    near: float | None = None                 # messages, packets: chunks allocated next to the one before (pv)
     wall_s: float | None = None
     maxrss_kib: int | None = None
     instructions: int | None = None           # callgrind's count (instructions experiment)
@@ -242,6 +243,7 @@ def finish(run, p, cmd, report, stats_path, timeout, name):
                 run.total_s = float(kv["total_s"])
                 run.victim_s = float(kv.get("victim_s", "nan"))
                 run.frames = int(kv.get("frames", "0"))
+                run.near = float(kv["near"]) if "near" in kv else None
                 run.checksum = kv.get("checksum")
             except (KeyError, ValueError):
                 run.error = run.error or f"bad RESULT line: {line}"
@@ -658,6 +660,7 @@ def summarise(runs, corun, found, instr, cfg_names):
             wl[w][c] = {"runs": len(mine), "ok_runs": len(good), "victim_ns": median(ns),
                         "victim_ns_min": min(ns, default=None), "victim_ns_max": max(ns, default=None),
                         "total_s": median([r.total_s for r in good]),
+                        "near": median([r.near for r in good if r.near is not None]),
                         "wall_s": median([r.wall_s for r in good]),
                         "maxrss_kib": median([r.maxrss_kib for r in good])}
             if c == "chromalloc-on" and any(r.acted for r in good):
@@ -802,7 +805,7 @@ def targets(wl, ratios, fd, found_ran, instr_ran):
 
 def write_csv(path, runs):
     cols = ["experiment", "workload", "config", "rep", "victim_ns", "victim_ns_p10", "victim_ns_p90",
-            "total_s", "victim_s", "frames", "wall_s", "maxrss_kib", "instructions", "user_s", "sys_s", "checksum", "ok", "nw_enabled",
+            "total_s", "victim_s", "frames", "near", "wall_s", "maxrss_kib", "instructions", "user_s", "sys_s", "checksum", "ok", "nw_enabled",
             "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
             "restrictive_spans_coloured", "restrictive_spans_ordinary", "protect_pages_checked",
             "protect_pages_moved", "acted_frame", "victim_ns_after_acting", "error"]
@@ -814,7 +817,7 @@ def write_csv(path, runs):
             nw = r.nw or {}
             w.writerow([r.experiment, r.workload, r.config, r.rep, fmt(r.victim_ns, ".4f", ""),
                         fmt(r.victim_ns_p10, ".4f", ""), fmt(r.victim_ns_p90, ".4f", ""),
-                        fmt(r.total_s, ".5f", ""), fmt(r.victim_s, ".5f", ""), r.frames or "",
+                        fmt(r.total_s, ".5f", ""), fmt(r.victim_s, ".5f", ""), r.frames or "", fmt(r.near, ".4f", ""),
                         fmt(r.wall_s, ".5f", ""), r.maxrss_kib or "", r.instructions or "",
                         fmt(r.user_s, ".5f", ""), fmt(r.sys_s, ".5f", ""), r.checksum or "", int(r.ok),
                         "" if "enabled" not in nw else int(bool(nw["enabled"])), nw.get("chunks", ""),
@@ -921,6 +924,11 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
     say("\nIn-program workload time, s (median)")
     for w in WORKLOADS:
         say(f"{w:<16}" + "".join(f"{fmt(wl[w].get(c, {}).get('total_s'), '.3f', '-'):>20}" for c in cfg_names))
+    near = [w for w in WORKLOADS if any(wl[w].get(c, {}).get("near") is not None for c in cfg_names)]
+    if near:
+        say("\nChunks allocated right next to the one before (pv's near, median)")
+        for w in near:
+            say(f"{w:<16}" + "".join(f"{fmt(wl[w].get(c, {}).get('near'), '.3f', '-'):>20}" for c in cfg_names))
     say("\nRatios")
     say(f"{'workload':<10}{'on/off speed-up':>17}{'vs glibc':>10}{'vs mimalloc':>13}{'bound off/alone':>17}"
         f"{'gap recovered':>15}{'time on/off':>13}{'monitor/off':>13}")

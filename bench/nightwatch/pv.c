@@ -65,7 +65,8 @@
 
    Output, one line: RESULT <workload> victim_ns=<median over frames of ns per lookup>
      victim_ns_p10=.. victim_ns_p90=.. total_s=<the workload loop> victim_s=<timed phases>
-     frames=<n> checksum=<hex>
+     frames=<n> [near=<messages, packets: share of chunks allocated right next to the one before,
+     within two chunk sizes>] checksum=<hex>
    The checksum depends on the workload, its options and the seed only (never on addresses), so
    it is the same under every allocator; the timed modes (polluter, victim) print checksum=na.
    --pin: pin the main thread to the CPU it starts on (off by default: threads an allocator starts
@@ -217,6 +218,11 @@ static void settle(long frame, uint64_t* t0, size_t polluter_bytes) {
 static size_t skipped(void) { return opt_settle_ms > 0 ? SETTLE_AT + 5 : 5; }
 
 /* the first `skip` frames (cold caches, first touches) are not part of the statistics */
+/* messages, packets: how often a chunk lies right after or before the one allocated before it
+   (its address within two chunk sizes), over the frames in the statistics: an allocator that
+   hands out neighbouring blocks one after another lets the streams run over whole pages */
+static uint64_t near_hits, near_pairs;
+
 static void report(const char* name, samples_t* s, size_t skip, double total_s, uint64_t checksum,
                    int has_checksum) {
   if (s->at) { write_trace(s); free(s->at); free(s->cpu); }
@@ -232,6 +238,7 @@ static void report(const char* name, samples_t* s, size_t skip, double total_s, 
   free(s->v);
   printf("RESULT %s victim_ns=%.3f victim_ns_p10=%.3f victim_ns_p90=%.3f total_s=%.4f victim_s=%.4f "
          "frames=%zu ", name, med, p10, p90, total_s, s->sum_s, s->n);
+  if (near_pairs) printf("near=%.3f ", (double)near_hits / (double)near_pairs);
   if (has_checksum) printf("checksum=%016llx\n", (unsigned long long)checksum);
   else printf("checksum=na\n");
 }
@@ -521,6 +528,13 @@ static void run_messages(size_t bytes, const char* name) {
     uint64_t a = now_ns();
     check += lookup_chain(x.buckets, x.nb - 1, &key, n);
     sample(&s, now_ns() - a, n);
+    if (!opt_no_polluter && (size_t)f >= skipped()) {
+      for (size_t i = 1; i < m; i++) {
+        uintptr_t p = (uintptr_t)msg[i], q = (uintptr_t)msg[i - 1];
+        near_hits += (p > q ? p - q : q - p) < 2 * bytes;
+      }
+      near_pairs += m - 1;
+    }
     if (!opt_no_polluter) free_chunks(msg, m);
   }
   double total = (double)(now_ns() - t0) * 1e-9;
