@@ -97,12 +97,13 @@ static bool refillable(const ca_heap_t* h, const ca_span_t* s) {
 }
 
 /* An empty span that is kept starts again from its first block, carved in address order as
-   in a new span.  Its lists hold the blocks in the order of the last frees, and each frame that
-   ends in the middle of a span's list mixes it further: in pv messages' kept spans, 43% of
-   consecutive blocks were neighbours after 2000 frames (97% in spans made anew), and writing
-   and reading them took 1.5x as long.  Only a span carved to its end restarts, so that between
-   two restarts a span hands out at least its blocks less a page (a program that takes and
-   gives back one block never carves that far). */
+   in a new span.  Its lists hold the blocks in the order of the last frees, and each frame
+   that ends in the middle of a span's list mixes it further: over 3000 frames of pv messages,
+   52% of its messages lay next to the one before in kept spans (97% in spans made anew), and
+   allocating, writing, reading and freeing them took 1.47x as long as with the policy off
+   (1.15x since).  Only a span carved to its end restarts, so that between two restarts a span
+   hands out at least its blocks less a page (a program that takes and gives back one block
+   never carves that far). */
 static void span_restart(ca_heap_t* h, ca_span_t* s) {
   _ca_stats_span_settle(h, s, list_length(s->free));
   s->free = NULL;
