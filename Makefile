@@ -59,7 +59,7 @@ uninstall:
 
 # Benchmarks against glibc, jemalloc, mimalloc and tcmalloc (installed from Debian packages by
 # the runner), then the colour layer's own (polluter/victim, calibration, recolouring): CSV, JSON
-# and PNG in bench/results/.  About 15 minutes; see bench/README.md.
+# and PNG in bench/results/.  About 25 minutes; see bench/README.md.
 bench: lib
 	python3 bench/run.py all
 	python3 bench/colour.py
