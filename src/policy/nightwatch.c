@@ -128,7 +128,7 @@ static struct {
                                                  per share (within_budget) */
   nw_event_t        events[EVENTS];           /* the timeline: when the policy changed its mind */
   _Atomic(uint32_t) nevents;                  /* including those past EVENTS (not kept) */
-  bool              colours_seen;             /* EV_COLOURS logged */
+  _Atomic(bool)     colours_seen;             /* EV_COLOURS logged */
 } NW;
 
 /* statistics counters on the allocation path: a plain load and store (no locked instruction);
@@ -234,7 +234,8 @@ static uint8_t restrictive_flavour(void) {
 static uint8_t restrictive_now(void) {
   uint8_t f = restrictive_flavour();
   if (f == 0 || _ca_colour_state() != CA_COLOURS_READY) return 0;
-  if (!NW.colours_seen) { NW.colours_seen = true; log_event(EV_COLOURS, 0, true); }   /* racing threads: logged twice at worst */
+  if (!atomic_load_explicit(&NW.colours_seen, ca_relaxed) && !atomic_exchange_explicit(&NW.colours_seen, true, ca_relaxed))
+    log_event(EV_COLOURS, 0, true);
   return f;
 }
 
