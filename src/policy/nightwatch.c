@@ -187,9 +187,11 @@ ca_mapping_t _ca_nw_verdict(int ctx, ca_mapping_t predicted, const ca_monitor_re
   c->history = (uint8_t)(((c->history << 1) | polluter) & 3);
   if (c->nverdicts < 2) c->nverdicts++;
   ca_mapping_t d = c->nverdicts == 2 && c->history == 3 ? CA_MAP_RESTRICTIVE : CA_MAP_OPEN;
-  if (d != (ca_mapping_t)c->decision) NW.nrestrictive += d == CA_MAP_RESTRICTIVE ? 1 : -1;
   log_event(EV_VERDICT, (uint32_t)ctx, polluter);
-  if (d != (ca_mapping_t)c->decision) log_event(EV_DECISION, (uint32_t)ctx, d == CA_MAP_RESTRICTIVE);
+  if (d != (ca_mapping_t)c->decision) {
+    NW.nrestrictive += d == CA_MAP_RESTRICTIVE ? 1 : -1;
+    log_event(EV_DECISION, (uint32_t)ctx, d == CA_MAP_RESTRICTIVE);
+  }
   atomic_store_explicit(&c->decision, d, ca_relaxed);
   _ca_unlock(&NW.lock);
   return d;
