@@ -54,6 +54,11 @@
    --trace=FILE writes every frame's victim phase to FILE, one line each: frame number, start
    (CLOCK_MONOTONIC ns), ns per lookup and the CPU it ended on, so that a run can be lined up with chromalloc's
    NightWatch timeline (statistics: nightwatch.timeline, ms after start_monotonic_ns).
+   --audit=R (frames, requests, messages, packets; x86-64): after the loop, R rounds of the
+   polluter phase, each followed by timed reads of every victim line, print one AUDIT line: per
+   4 KiB page of the victim, the share of its lines the polluter evicted from the L2 (see
+   audit() below), so that a run can show whether some pages were left in the polluter's
+   colours (those pages near 1) or the polluter reaches every page a little (all pages alike).
    --settle-ms=N (frames, requests, messages, packets, neutral, victims): sleep N ms after the first 20
    frames, which are then left out of the statistics, as is the sleep from total_s: the steady
    state of an allocator whose background work (chromalloc's colour worker) needs an idle
@@ -93,6 +98,7 @@ static double opt_seconds = 4.0;
 static int opt_no_polluter = 0, opt_pin = 0, opt_confine = 0, opt_protect = 0;
 static long opt_settle_ms = 0;
 static const char* opt_trace = NULL;
+static long opt_audit = 0;
 
 static long parse_num(const char* s, const char* name, long min) {
   char* end;
@@ -112,6 +118,7 @@ static void parse_options(int argc, char** argv) {
     else if (strcmp(a, "--confine") == 0) opt_confine = 1;
     else if (strcmp(a, "--protect") == 0) opt_protect = 1;
     else if (strncmp(a, "--trace=", 8) == 0 && v[0]) opt_trace = v;
+    else if (strncmp(a, "--audit=", 8) == 0) opt_audit = parse_num(v, "audit", 1);
     else if (strncmp(a, "--settle-ms=", 12) == 0) opt_settle_ms = parse_num(v, "settle-ms", 0);
     else if (strncmp(a, "--victim-kib=", 13) == 0) opt_victim_kib = parse_num(v, "victim-kib", 8);
     else if (strncmp(a, "--buf-kib=", 10) == 0) opt_buf_kib = parse_num(v, "buf-kib", 4);
@@ -243,6 +250,99 @@ static void report(const char* name, samples_t* s, size_t skip, double total_s, 
   else printf("checksum=na\n");
 }
 
+/* ---- --audit=R: which of the victim's pages does the polluter evict? -----------------------
+   After the loop, R more rounds of the workload's polluter phase, each followed by two timed
+   passes over the victim's lines in one random order (each line once per pass, one load between
+   two rdtscp): the first finds what the polluter left of the victim, the second (the victim just
+   read) what the L2 gives at that moment.  A load is *slow* when it reads above the median of a
+   pass over the hot victim made before the rounds by more than half a tick step of this
+   machine's TSC (an L2 hit reads 70-80 ticks here, the L3 one step more, DRAM several).  Per
+   4 KiB page, `evicted` is the share of its loads slow in the first pass less the share slow in
+   the second, over all its lines and rounds: about 1 for a page whose lines the polluter always
+   evicts, about 0 for a page it leaves alone.  With the polluter confined to 1/8 of the L2's
+   colours (NightWatch's restrictive mapping) and the victim protected, no page should be
+   evicted: a page that is was left in the polluter's colours, and every page partly evicted
+   means that the polluter (or the host) reaches beyond them.  This is the colour test as the
+   program sees it, with none of chromalloc's eviction sets involved. */
+typedef uint64_t (*pollute_fn)(uint64_t round);
+typedef struct { uintptr_t page; size_t line; } aline_t;
+
+static int cmp_aline(const void* a, const void* b) {
+  const aline_t *x = a, *y = b;
+  return x->page < y->page ? -1 : x->page > y->page ? 1 : (x->line > y->line) - (x->line < y->line);
+}
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static inline uint64_t timed_load(const void* p) {
+  unsigned aux;
+  uint64_t a = __rdtscp(&aux);
+  _mm_lfence();
+  (void)*(const volatile uint64_t*)p;
+  uint64_t b = __rdtscp(&aux);
+  _mm_lfence();
+  return b - a;
+}
+#else
+static inline uint64_t timed_load(const void* p) { (void)p; fail("--audit needs x86-64 (rdtscp)"); return 0; }
+#endif
+
+static void audit(const char* name, const void* const* lines, size_t n, pollute_fn pollute) {
+  if (opt_audit <= 0 || n == 0) return;
+  size_t* order = check_alloc(malloc(n * sizeof *order), n * sizeof *order);
+  uint32_t* slow_after = check_alloc(calloc(n, sizeof *slow_after), n * sizeof *slow_after);
+  uint32_t* slow_base = check_alloc(calloc(n, sizeof *slow_base), n * sizeof *slow_base);
+  double* t = check_alloc(malloc(n * sizeof *t), n * sizeof *t);
+  rng_t r = rng_seed((uint64_t)opt_seed + 77);
+  for (size_t i = 0; i < n; i++) order[i] = i;
+  for (size_t i = n - 1; i > 0; i--) {              /* one random order: no prefetcher streams */
+    size_t j = rng_range(&r, 0, i);
+    size_t x = order[i]; order[i] = order[j]; order[j] = x;
+  }
+  /* the threshold: the hot victim's median, and the TSC's step (the smallest nonzero
+     difference between two readings of it) */
+  uint64_t step = ~(uint64_t)0;
+  for (size_t k = 0; k < n; k++) (void)timed_load(lines[order[k]]);
+  for (size_t k = 0; k < n; k++) {
+    t[k] = (double)timed_load(lines[order[k]]);
+    unsigned aux;
+    uint64_t a = __rdtscp(&aux), b;
+    while ((b = __rdtscp(&aux)) == a) {}
+    if (b - a < step) step = b - a;
+  }
+  qsort(t, n, sizeof *t, cmp_double);
+  uint64_t limit = (uint64_t)t[n / 2] + step / 2;
+  uint64_t check = 0;
+  for (long round = 0; round < opt_audit; round++) {
+    check += pollute((uint64_t)round);
+    for (size_t k = 0; k < n; k++) slow_after[order[k]] += timed_load(lines[order[k]]) > limit;
+    for (size_t k = 0; k < n; k++) slow_base[order[k]] += timed_load(lines[order[k]]) > limit;
+  }
+  aline_t* al = check_alloc(malloc(n * sizeof *al), n * sizeof *al);
+  for (size_t i = 0; i < n; i++) al[i] = (aline_t){ (uintptr_t)lines[i] & ~(uintptr_t)4095, i };
+  qsort(al, n, sizeof *al, cmp_aline);
+  size_t pages = 0;
+  uint64_t all_after = 0, all_base = 0;
+  for (size_t i = 0; i < n;) {                      /* t[page]: its evicted share */
+    uint64_t a = 0, b = 0;
+    size_t j = i;
+    for (; j < n && al[j].page == al[i].page; j++) { a += slow_after[al[j].line]; b += slow_base[al[j].line]; }
+    t[pages++] = ((double)a - (double)b) / (double)((j - i) * (size_t)opt_audit);
+    all_after += a; all_base += b;
+    i = j;
+  }
+  qsort(t, pages, sizeof *t, cmp_double);
+  size_t evicted = 0;
+  for (size_t i = 0; i < pages; i++) evicted += t[i] >= 0.5;
+  double loads = (double)n * (double)opt_audit;
+  printf("AUDIT %s pages=%zu lines=%zu rounds=%ld limit=%llu slow_after=%.3f slow_base=%.3f evicted_pages=%zu "
+         "evicted_p50=%.3f evicted_p90=%.3f evicted=", name, pages, n, opt_audit, (unsigned long long)limit,
+         (double)all_after / loads, (double)all_base / loads, evicted, t[pages / 2], t[pages * 9 / 10]);
+  for (size_t i = pages; i-- > 0;) printf("%.2f%s", t[i], i ? "," : "\n");
+  if (check == 42) puts("");                        /* keep the sums */
+  free(order); free(slow_after); free(slow_base); free(t); free(al);
+}
+
 /* ---- the polluter: a buffer from its own call site, written, read once, freed ------------- */
 
 /* --confine / --protect: memory from a slice of chromalloc's L2 colours, asked for explicitly
@@ -324,6 +424,9 @@ static uint64_t chase(const node_t* v, uint32_t* pos, size_t lookups) {
   return s;
 }
 
+static size_t audit_bytes;                           /* --audit: frames' buffer */
+static uint64_t pollute_frame(uint64_t round) { return stream_frame(audit_bytes, round); }
+
 static void run_frames(void) {
   size_t vkib = (size_t)def(opt_victim_kib, 192), bkib = (size_t)def(opt_buf_kib, 1536);
   long frames = def_count(opt_frames, 1000);
@@ -343,6 +446,13 @@ static void run_frames(void) {
     sample(&s, now_ns() - a, n);
   }
   double total = (double)(now_ns() - t0) * 1e-9;
+  if (opt_audit && !opt_no_polluter) {
+    const void** lines = check_alloc(malloc(n * sizeof *lines), n * sizeof *lines);
+    for (size_t i = 0; i < n; i++) lines[i] = &v[i];
+    audit_bytes = bkib * 1024;
+    audit("frames", lines, n, pollute_frame);
+    free(lines);
+  }
   free(v);
   report(opt_no_polluter ? "frames-alone" : "frames", &s, skipped(), total, check, 1);
 }
@@ -447,6 +557,23 @@ static void free_index(index_t* x) {
   free(x->buckets);
 }
 
+/* --audit: the index's lines (each node, and the bucket array line by line) */
+static void audit_index(const char* name, const index_t* x, pollute_fn pollute) {
+  if (!opt_audit || opt_no_polluter) return;
+  size_t nb_lines = (x->nb * sizeof *x->buckets + 63) / 64, n = x->n + nb_lines;
+  const void** lines = check_alloc(malloc(n * sizeof *lines), n * sizeof *lines);
+  for (size_t i = 0; i < x->n; i++) lines[i] = x->nodes[i];
+  for (size_t i = 0; i < nb_lines; i++) lines[x->n + i] = (const char*)x->buckets + 64 * i;
+  audit(name, lines, n, pollute);
+  free(lines);
+}
+
+static uint64_t pollute_request(uint64_t q) {
+  uint64_t check = read_body((q & 1 ? 1024 : 768) * 1024 * scale(), q);
+  check += session_scratch(32 * 1024, q);
+  return check + render_response(768 * 1024 * scale(), check);
+}
+
 static void run_requests(void) {
   size_t vkib = (size_t)def(opt_victim_kib, 128);
   long reqs = def_count(opt_frames, 1500);
@@ -462,16 +589,13 @@ static void run_requests(void) {
        with one body's worth, a response assembled first left the bodies short of pages for
        about 1000 requests (the pool refills at some 400 pages/s next to this loop) */
     settle(q, &t0, opt_no_polluter ? 0 : (1024 + 768) * 1024 * scale());
-    if (!opt_no_polluter) {
-      check += read_body((q & 1 ? 1024 : 768) * 1024 * scale(), (uint64_t)q);
-      check += session_scratch(32 * 1024, (uint64_t)q);
-      check += render_response(768 * 1024 * scale(), check);
-    }
+    if (!opt_no_polluter) check += pollute_request((uint64_t)q);
     uint64_t a = now_ns();
     check += lookup_chain(x.buckets, x.nb - 1, &key, n);
     sample(&s, now_ns() - a, n);
   }
   double total = (double)(now_ns() - t0) * 1e-9;
+  audit_index("requests", &x, pollute_request);
   free_index(&x);
   report(opt_no_polluter ? "requests-alone" : "requests", &s, skipped(), total, check, 1);
 }
@@ -510,6 +634,14 @@ static void free_chunks(uint64_t** msg, size_t m) {
   for (size_t i = 0; i < m; i++) free(msg[i]);
 }
 
+/* --audit: a frame's chunks, freed before the next round's as in the loop (the last round's
+   after the audit), so that the victim is read where it is in the loop: after the stream */
+static struct { uint64_t** msg; size_t m, bytes; } audit_chunks;
+static uint64_t pollute_chunks(uint64_t frame) {
+  if (frame > 0) free_chunks(audit_chunks.msg, audit_chunks.m);
+  return stream_chunks(audit_chunks.msg, audit_chunks.m, audit_chunks.bytes, frame);
+}
+
 static void run_messages(size_t bytes, const char* name) {
   size_t vkib = (size_t)def(opt_victim_kib, 128), bkib = (size_t)def(opt_buf_kib, 1536);
   long frames = def_count(opt_frames, 1500);
@@ -538,6 +670,9 @@ static void run_messages(size_t bytes, const char* name) {
     if (!opt_no_polluter) free_chunks(msg, m);
   }
   double total = (double)(now_ns() - t0) * 1e-9;
+  audit_chunks.msg = msg; audit_chunks.m = m; audit_chunks.bytes = bytes;
+  audit_index(name, &x, pollute_chunks);
+  if (opt_audit && !opt_no_polluter) free_chunks(msg, m);
   free(msg);
   free_index(&x);
   char label[32];
@@ -681,7 +816,7 @@ static void run_victim(void) {
 int main(int argc, char** argv) {
   bench_name = "pv";
   if (argc < 2) fail("usage: pv frames|requests|messages|packets|neutral|victims|polluter|victim [--victim-kib=N] "
-                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--trace=FILE] [--no-polluter] [--pin]");
+                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--trace=FILE] [--audit=R] [--no-polluter] [--pin]");
   parse_options(argc, argv);
   if (opt_pin) {                      /* this thread only; threads started later inherit it */
     cpu_set_t one;
