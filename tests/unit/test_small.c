@@ -6,7 +6,7 @@
    - a routed size class (_ca_route_class) is served from the thread's heap of that flavour:
      malloc, calloc and realloc, in any thread, freed by any thread, and back when unrouted;
      the flavour heap's kept spans hand out neighbouring blocks one after another, frame after
-     frame;
+     frame, and a span the hook could not fill serves only what the filled ones cannot;
    - the monitor judges a group of sampled small chunks by their joint footprint: a context
      that writes 40 of them and reads them back in order is a polluter, one that reuses each
      soon is not, and the first L2's worth of members only mark footprint;
@@ -161,6 +161,67 @@ static void test_kept_order(void) {
   if (adjacent * 10 < pairs * 9) fprintf(stderr, "kept spans: %zu of %zu consecutive blocks neighbours\n", adjacent, pairs);
   _ca_route_class(c, 0);
   chromalloc_collect();
+}
+
+/* A flavour heap's span that the hook could not fill (its pool was short) is ordinary memory:
+   the heap takes blocks from it only when its filled spans have none, and gives it back, empty,
+   once the hook could fill its replacement.  (Taken in queue order, pv packets' one ordinary
+   span served a third of every frame's packets, through every colour, for 1-2 s or the run.) */
+static volatile bool fill_ok;
+static bool test_fill(void* base, size_t bytes, uint32_t flavour) { (void)base; (void)bytes; return flavour != 0 && fill_ok; }
+static bool test_ready(size_t bytes, uint32_t flavour) { (void)bytes; return flavour != 0 && fill_ok; }
+static const ca_hooks_t fill_hooks = { test_fill, NULL, test_ready };
+
+static uint8_t span_flavour(void* p) { return _ca_span_of(_ca_segment_of(p), p)->flavour; }
+
+static void test_ordinary_last(void) {
+  enum { F = 5 };
+  static void* p[64];
+  size_t n = 32768;
+  uint32_t c = _ca_size_class(n);
+  const ca_hooks_t* old = _ca_hooks;
+  _ca_hooks_install(&fill_hooks);
+  fill_ok = true;
+  void* q = _ca_malloc_flavour(n, F);
+  CHECK(q != NULL && span_flavour(q) == F);
+  size_t per = _ca_span_of(_ca_segment_of(q), q)->reserved;
+  CHECK(per >= 2 && per <= 32);
+  if (per < 2 || per > 32) per = 2;
+  p[0] = q;
+  for (size_t i = 1; i < per; i++) p[i] = _ca_malloc_flavour(n, F);         /* the filled span, full */
+  fill_ok = false;
+  for (size_t i = per; i < 2 * per; i++) p[i] = _ca_malloc_flavour(n, F);   /* a second span: the pool is short */
+  CHECK_EQ(span_flavour(p[per]), 0);
+  for (size_t i = 0; i < 2 * per; i++) free(p[i]);                          /* both kept (the filled one was full) */
+  ca_heap_t* fh = _ca_heap->flavours[F];
+  CHECK(fh != NULL);
+  if (fh == NULL) { _ca_hooks_install(old); return; }
+  /* frames of fewer blocks than a span: all from the filled span */
+  size_t wrong = 0;
+  for (int f = 0; f < 20; f++) {
+    for (size_t i = 0; i < per - 1; i++) { p[i] = _ca_malloc_flavour(n, F); wrong += span_flavour(p[i]) != F; }
+    for (size_t i = 0; i < per - 1; i++) free(p[i]);
+  }
+  CHECK_EQ(wrong, 0);
+  /* more than the filled span holds: the ordinary one serves the rest, and no third span is made */
+  size_t ordinary = 0;
+  for (size_t i = 0; i < per + 1; i++) { p[i] = _ca_malloc_flavour(n, F); ordinary += span_flavour(p[i]) == 0; }
+  CHECK_EQ(ordinary, 1);
+  for (size_t i = 0; i < per + 1; i++) free(p[i]);
+  /* the pool could fill a span now: the empty ordinary one goes back at the next look */
+  fill_ok = true;
+  for (size_t i = 0; i < per; i++) p[i] = _ca_malloc_flavour(n, F);
+  for (size_t i = 0; i < per + 1; i++) {
+    if (i == per) p[i] = _ca_malloc_flavour(n, F);
+    CHECK_EQ(span_flavour(p[i]), F);
+  }
+  size_t spans = 0, plain = 0;
+  for (ca_span_t* s = fh->queues[c].first; s != NULL; s = s->next) { spans++; plain += s->flavour == 0; }
+  CHECK_EQ(plain, 0);
+  for (size_t i = 0; i < per + 1; i++) free(p[i]);
+  _ca_hooks_install(old);
+  chromalloc_collect();
+  CHECK(spans >= 1);
 }
 
 /* ---- the monitor's groups ----------------------------------------------------------------- */
@@ -385,6 +446,7 @@ int main(int argc, char** argv) {
     test_sampling();
     test_routing();
     test_kept_order();
+    test_ordinary_last();
     test_groups();
     int st = check_done("test_small (core, monitor)");
     if (st != 0) return st;
