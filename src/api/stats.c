@@ -31,7 +31,12 @@ static void flush_class(ca_heap_t* h, uint32_t c) {
 
 void _ca_stats_span_settle(ca_heap_t* h, ca_span_t* s, uint32_t remaining) {
   ca_class_count_t* k = &h->counts[s->sclass];
-  k->allocs += s->installed - remaining;
+  uint32_t handed = s->installed - remaining;
+  k->allocs += handed;
+  if (h->flavour != 0 && handed != 0) {          /* how much of a flavour is ordinary memory */
+    _ca_stat_inc(&_ca_stats.flavour_blocks, handed);
+    if (s->flavour == 0) _ca_stat_inc(&_ca_stats.flavour_blocks_ordinary, handed);
+  }
   s->installed = remaining;
   k->live_delta += (int64_t)s->used - (int64_t)s->used_seen;
   s->used_seen = s->used;
@@ -131,7 +136,9 @@ void _ca_stats_json(ca_buf_t* b) {
   ca_buf_str(b, "],\"totals\":{");
   kv_i(b, "small_allocations", (int64_t)total_allocs, true);
   kv_i(b, "small_live_bytes", total_live_bytes, true);
-  kv_i(b, "large_allocations", (int64_t)ldu(&_ca_stats.large_allocs), false);
+  kv_i(b, "large_allocations", (int64_t)ldu(&_ca_stats.large_allocs), true);
+  kv_i(b, "flavour_blocks", (int64_t)ldu(&_ca_stats.flavour_blocks), true);
+  kv_i(b, "flavour_blocks_ordinary", (int64_t)ldu(&_ca_stats.flavour_blocks_ordinary), false);
   ca_buf_str(b, "},\"large\":{");
   kv_i(b, "allocations", (int64_t)ldu(&_ca_stats.large_allocs), true);
   kv_i(b, "live", ld(&_ca_stats.large_live), true);

@@ -250,6 +250,8 @@ typedef struct ca_stats_s {
   _Atomic(int64_t)  large_live, large_live_bytes, large_peak_bytes;
   _Atomic(uint64_t) large_cached_reuse;
   _Atomic(uint64_t) large_kept_reuse;         /* objects of a flavour reused whole */
+  _Atomic(uint64_t) flavour_blocks;           /* blocks flavour heaps handed out ... */
+  _Atomic(uint64_t) flavour_blocks_ordinary;  /* ... of them from spans the hook could not fill */
   _Atomic(int64_t)  mapped_bytes, mapped_peak;
   _Atomic(uint64_t) purged_bytes, purges;
   _Atomic(uint64_t) threads, heaps_reused;
