@@ -184,7 +184,8 @@ void   _ca_protect_add(const void* key, void* p, size_t n);   /* whole pages of 
 void   _ca_protect_remove(const void* key);                   /* waits while the worker is at it */
 void   _ca_protect_release(const void* p, size_t n);          /* drop ranges [p, p + n) touches */
 void   _ca_protect_stop(void);                                /* drop every range, record none */
-bool   _ca_protect_arm(int from, int to);                     /* false: armed with another pair */
+bool   _ca_protect_arm(int from, int to, uint32_t share_pm);  /* false: armed with another pair;
+                                                                 share_pm: set from's share of pages */
 bool   _ca_protect_armed(void);
 bool   _ca_protect_recording(void);
 size_t _ca_protect_pages(void);                               /* pages of the ranges recorded */

@@ -667,7 +667,7 @@ int _ca_colour_reserve(int id) {
   int comp = s.from == 0 ? _ca_colour_set(s.to, s.den, s.den) : _ca_colour_set(0, s.from, s.den);
   if (comp < 0) return -1;
   if (!_ca_protect_recording()) _ca_colour_protect_default();
-  if (!_ca_protect_arm(id, comp)) { errno = EBUSY; return -1; }
+  if (!_ca_protect_arm(id, comp, (uint32_t)((s.to - s.from) * 1000 / s.den))) { errno = EBUSY; return -1; }
   wake_worker();
   return 0;
 }
