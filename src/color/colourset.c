@@ -551,8 +551,8 @@ static void* worker_main(void* arg) {
       pthread_cond_broadcast(&L.wake);               /* waiters in chromalloc_colours_prepare */
       pthread_mutex_unlock(&L.wake_lock);
       /* a victim waits no longer than a chunk: every page due, as far as the stock of the
-         other colours allows (64 per chunk of 512 pages classified took pv packets' 600
-         pages 500-800 frames, the victim at 1.6x its steady time meanwhile) */
+         other colours allows (64 per chunk of 512 pages classified: pv packets' 606 pages
+         were done by frame 850-900, by 400-500 now, the victim slower until then) */
       protect_some(SIZE_MAX);
     }
     release_rejected(&rejected);

@@ -180,8 +180,8 @@ static void span_refill(ca_heap_t* h, ca_span_t* s) {
    flavour heap, a span the hook could not fill (ordinary memory, see retire) is the last resort:
    the flavour's own spans come first, and once the hook could fill a new span, the ordinary one
    serves nothing more (and goes back when empty).  (Taken in queue order, pv packets' one
-   ordinary span of 8 served a third of each frame's packets, through every colour, until the
-   pool could replace it: 1-2 s, or the whole run.) */
+   ordinary span of 8 came first after every frame, filled spans rejoining at the back: 1.7% of
+   the packets of 6000 frames went through every colour, 1.0% now, the median of 5 runs each.) */
 static ca_span_t* queue_find(ca_heap_t* h, uint32_t c) {
   ca_span_queue_t* q = &h->queues[c];
   ca_span_t* ordinary = NULL;
