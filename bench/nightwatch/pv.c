@@ -283,8 +283,16 @@ static inline uint64_t timed_load(const void* p) {
   _mm_lfence();
   return b - a;
 }
+/* the TSC's step: the smallest nonzero difference between two readings */
+static uint64_t tsc_step(void) {
+  unsigned aux;
+  uint64_t a = __rdtscp(&aux), b;
+  while ((b = __rdtscp(&aux)) == a) {}
+  return b - a;
+}
 #else
 static inline uint64_t timed_load(const void* p) { (void)p; fail("--audit needs x86-64 (rdtscp)"); return 0; }
+static uint64_t tsc_step(void) { return 0; }
 #endif
 
 static void audit(const char* name, const void* const* lines, size_t n, pollute_fn pollute) {
@@ -299,16 +307,13 @@ static void audit(const char* name, const void* const* lines, size_t n, pollute_
     size_t j = rng_range(&r, 0, i);
     size_t x = order[i]; order[i] = order[j]; order[j] = x;
   }
-  /* the threshold: the hot victim's median, and the TSC's step (the smallest nonzero
-     difference between two readings of it) */
+  /* the threshold: the hot victim's median, and the TSC's step */
   uint64_t step = ~(uint64_t)0;
   for (size_t k = 0; k < n; k++) (void)timed_load(lines[order[k]]);
   for (size_t k = 0; k < n; k++) {
     t[k] = (double)timed_load(lines[order[k]]);
-    unsigned aux;
-    uint64_t a = __rdtscp(&aux), b;
-    while ((b = __rdtscp(&aux)) == a) {}
-    if (b - a < step) step = b - a;
+    uint64_t d = tsc_step();
+    if (d < step) step = d;
   }
   qsort(t, n, sizeof *t, cmp_double);
   uint64_t limit = (uint64_t)t[n / 2] + step / 2;
