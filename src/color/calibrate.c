@@ -117,6 +117,71 @@ int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* pa
   return -1;
 }
 
+/* ---- live pages: protection's test -------------------------------------------------------- */
+
+/* The test above, one plain reading per colour, is what protection asked of a live page until
+   it was measured against pages of known colour (pool pages of the first eighth and of the
+   rest, Zen 4 VM): most of the time it was right, but in some processes a colour's set, with
+   one member replaced by a page of another colour, still slowed its reference to 126-145% of
+   the quiet chase (the full set: 160-172%, others 210-230%), and against the rule's 150% the
+   test then placed 27 of 64 pages of other colours in the slice (9 and 21 of 48 in another
+   process).  Each such page was moved, and its frame, of another colour, joined the slice's
+   pool, where the polluter then spread into the victim's colours.
+
+   So each colour gets a rule of its own, measured just before a batch of pages: the effect of
+   its full set (F) and of the set with one member replaced by another colour's reference (Q),
+   three readings each; a page is of the colour when two readings in a row of the set with that
+   member replaced by the page lie above the midpoint.  A colour whose gap F - Q is under
+   LIVE_GAP tries the next member; one where three members fail cannot be tested now. */
+#define LIVE_GAP     50                 /* % of the quiet chase between F and Q, at least */
+#define LIVE_MEMBERS 3                  /* members tried for the one replaced */
+
+static uint32_t effect_of(ca_probe_t* p, void* ref, void* const* set, uint32_t ways) {
+  return p->effect ? p->effect(p, ref, set, ways) : p->evicts(p, ref, set, ways) ? 200 : 100;
+}
+
+static uint32_t median3(ca_probe_t* p, void* ref, void* const* set, uint32_t ways) {
+  uint32_t a = effect_of(p, ref, set, ways), b = effect_of(p, ref, set, ways), c = effect_of(p, ref, set, ways);
+  return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+bool _ca_colour_live_rule(ca_probe_t* p, const ca_colour_map_t* map, uint32_t c, ca_live_rule_t* rule) {
+  rule->usable = false;
+  if (map->ncolours < 2 || c >= map->ncolours) return false;
+  void* trial[CA_WAYS_MAX];
+  void* other = map->ref[(c + 1) % map->ncolours];
+  p->prepare(p, map->ref[c]);
+  uint32_t full = median3(p, map->ref[c], (void* const*)map->set[c], map->ways);
+  for (uint32_t k = 0; k < LIVE_MEMBERS && k < map->ways; k++) {
+    uint32_t m = (rule->member + k) % map->ways;
+    memcpy(trial, map->set[c], map->ways * sizeof(void*));
+    trial[m] = other;
+    uint32_t q = median3(p, map->ref[c], (void* const*)trial, map->ways);
+    if (full >= q + LIVE_GAP) {
+      rule->member = (uint8_t)m;
+      rule->mid_pct = q + (full - q) / 2;
+      rule->usable = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+int _ca_colour_live_in(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, const ca_live_rule_t* rules) {
+  void* trial[CA_WAYS_MAX];
+  bool tested = false;
+  for (uint32_t c = 0; c < map->ncolours; c++) {
+    if (!((mask >> c) & 1) || !rules[c].usable) continue;
+    tested = true;
+    memcpy(trial, map->set[c], map->ways * sizeof(void*));
+    trial[rules[c].member] = (void*)page;
+    p->prepare(p, map->ref[c]);
+    if (effect_of(p, map->ref[c], (void* const*)trial, map->ways) > rules[c].mid_pct &&
+        effect_of(p, map->ref[c], (void* const*)trial, map->ways) > rules[c].mid_pct) return (int)c;
+  }
+  return tested ? -1 : -2;
+}
+
 static void touch_free(ca_page_source_t* src);   /* page sources, below */
 
 /* ---- discovery ------------------------------------------------------------------------------ */

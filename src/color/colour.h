@@ -62,6 +62,9 @@ struct ca_probe_s {
      read 60-75% of a full eviction against another colour's set); it must not join that
      colour's pool */
   bool (*evicts_fully)(ca_probe_t* p, void* r, void* const* pages, size_t n);
+  /* optional: how much touching pages[0..n) slows r's chase, in % of the quiet chase (without
+     it, evicts() says 200 or 100) */
+  uint32_t (*effect)(ca_probe_t* p, void* r, void* const* pages, size_t n);
 };
 
 /* The timing probe of this machine (probe.c). */
@@ -123,6 +126,15 @@ int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* pa
 int      _ca_colour_find(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);   /* stocking only */
 int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, bool fully);
 int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, bool fully);
+/* protection's test of a live page (calibrate.c): a rule per colour, measured before a batch */
+typedef struct ca_live_rule_s {
+  uint32_t mid_pct;                            /* above: the page is of the colour */
+  uint8_t  member;                             /* the set's member the page replaces */
+  bool     usable;                             /* the colour can be told apart now */
+} ca_live_rule_t;
+bool     _ca_colour_live_rule(ca_probe_t* p, const ca_colour_map_t* map, uint32_t c, ca_live_rule_t* rule);
+int      _ca_colour_live_in(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask,
+                            const ca_live_rule_t* rules);   /* colour, -1: none, -2: no usable rule */
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st);

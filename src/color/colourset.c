@@ -56,6 +56,9 @@ static struct {
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
   uint32_t          best_ratio_pct;  /* the clearest the sets have evicted (quiet_window) */
+  ca_live_rule_t    live[CA_COLOURS_MAX];    /* protection's test, per colour (colour_in_set) */
+  uint64_t          live_batch, live_stamp;  /* batch now; batch the rules were measured for */
+  uint64_t          live_rules, live_unusable;   /* rules measured; of them, colours not testable */
   char              reason[160];
 } L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1 };
 
@@ -327,10 +330,9 @@ static bool calibrate_or_load(uint64_t* rng) {
   return true;
 }
 
-/* Protection's test (worker only): is the live page of set id's colours?  The plain kind, one
-   of three saying so: a page left in the polluter's colours costs the victim its lines, one
-   moved for nothing costs ~60 us (with two of three, 2 and 7 of 64 random pages were moved
-   while another thread wrote to them, where 8 are expected). */
+/* Protection's test (worker only): is the live page of set id's colours?  1 yes, 0 no, -1
+   cannot tell now.  Each colour's rule is measured again for every batch (protect_some), as
+   the levels drift (calibrate.c, "live pages"). */
 static int colour_in_set(const void* page, int id) {
   if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   _ca_lock(&L.lock);
@@ -338,7 +340,16 @@ static int colour_in_set(const void* page, int id) {
   uint64_t m = s->used && !s->by_elimination ? s->mask : 0;
   _ca_unlock(&L.lock);
   if (m == 0 || (m >> L.map.ncolours) != 0) return -1;
-  return _ca_colour_of_live(&L.probe.base, &L.map, page, m, 3, 1, false) >= 0;
+  if (L.live_stamp != L.live_batch) {
+    for (uint32_t c = 0; c < L.map.ncolours; c++) {
+      if (!((m >> c) & 1)) continue;
+      L.live_rules++;
+      L.live_unusable += !_ca_colour_live_rule(&L.probe.base, &L.map, c, &L.live[c]);
+    }
+    L.live_stamp = L.live_batch;
+  }
+  int c = _ca_colour_live_in(&L.probe.base, &L.map, page, m, L.live);
+  return c == -2 ? -1 : c >= 0;
 }
 
 /* Protection's move: the live page to a pooled page of set `to`; its old frame, which the
@@ -431,6 +442,7 @@ static size_t protect_some(size_t pages) {
   size_t pending = 0;
   for (size_t done = 0; _ca_protect_armed() && done < pages; done += 8) {
     if (!quiet_window()) return 1;
+    L.live_batch++;
     size_t before = pending;
     pending = _ca_protect_work(&protect_ops, 8);
     if (pending == 0 || pending == before) break;     /* all done, or nothing due / no stock */
@@ -828,6 +840,8 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"passes\":"); ca_buf_u64(b, (uint64_t)L.probe.passes);
   ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
   ca_buf_str(b, ",\"frames_kept\":"); ca_buf_u64(b, L.frames_kept);
+  ca_buf_str(b, ",\"live_rules\":"); ca_buf_u64(b, L.live_rules);
+  ca_buf_str(b, ",\"live_rules_unusable\":"); ca_buf_u64(b, L.live_unusable);
   ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
   ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);
   ca_buf_str(b, ",\"pages_moved\":"); ca_buf_u64(b, _ca_pool_moved());
