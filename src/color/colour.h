@@ -168,6 +168,7 @@ int   _ca_colour_count(void);
 int   _ca_colour_set(uint32_t from, uint32_t to, uint32_t den);
 int   _ca_colour_prepare(int id, size_t pages, int timeout_ms);
 int   _ca_colour_of(const void* p);
+int   _ca_colour_in_set(const void* p, int id);   /* protection's live test (1, 0, -1: cannot tell) */
 void* _ca_colour_take_page(int id);
 void  _ca_colour_note_recolour(uint64_t ns);
 void* _ca_colour_slot(void);                /* a parking address for a page whose frame is kept */

@@ -330,26 +330,28 @@ static bool calibrate_or_load(uint64_t* rng) {
   return true;
 }
 
-/* Protection's test (worker only): is the live page of set id's colours?  1 yes, 0 no, -1
-   cannot tell now.  Each colour's rule is measured again for every batch (protect_some), as
-   the levels drift (calibrate.c, "live pages"). */
-static int colour_in_set(const void* page, int id) {
+/* Protection's test of a live page against set id's colours (calibrate.c, "live pages"): the
+   colours' rules are measured into `rules` first when `measure`; 1 yes, 0 no, -1 cannot tell. */
+static int live_in_set(const void* page, int id, ca_live_rule_t* rules, bool measure) {
   if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   _ca_lock(&L.lock);
   const ca_colour_set_t* s = &L.sets[id];
   uint64_t m = s->used && !s->by_elimination ? s->mask : 0;
   _ca_unlock(&L.lock);
   if (m == 0 || (m >> L.map.ncolours) != 0) return -1;
-  if (L.live_stamp != L.live_batch) {
-    for (uint32_t c = 0; c < L.map.ncolours; c++) {
-      if (!((m >> c) & 1)) continue;
-      L.live_rules++;
-      L.live_unusable += !_ca_colour_live_rule(&L.probe.base, &L.map, c, &L.live[c]);
-    }
-    L.live_stamp = L.live_batch;
-  }
-  int c = _ca_colour_live_in(&L.probe.base, &L.map, page, m, L.live);
+  for (uint32_t c = 0; measure && c < L.map.ncolours; c++)
+    if ((m >> c) & 1) L.live_unusable += !_ca_colour_live_rule(&L.probe.base, &L.map, c, &rules[c]);
+  L.live_rules += measure ? (uint64_t)__builtin_popcountll(m) : 0;
+  int c = _ca_colour_live_in(&L.probe.base, &L.map, page, m, rules);
   return c == -2 ? -1 : c >= 0;
+}
+
+/* The worker's: the rules are measured again for every batch (protect_some), as the levels
+   drift. */
+static int colour_in_set(const void* page, int id) {
+  bool stale = L.live_stamp != L.live_batch;
+  L.live_stamp = L.live_batch;
+  return live_in_set(page, id, L.live, stale);
 }
 
 /* Protection's move: the live page to a pooled page of set `to`; its old frame, which the
@@ -759,22 +761,40 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
   }
 }
 
-/* Colour index of the page holding p among the known colours, or -1.  The calling thread is
-   held on its CPU while it measures: a test whose reference is loaded on one CPU and timed on
-   the other reads as an eviction (unpinned, 40% of a colour's pages read as not of it, or a
-   third of other pages as of it; pinned, 1-3%). */
+/* Hold the calling thread on its CPU while it measures (not the worker's, when there is
+   another: it may be measuring too); `was` keeps its affinity to restore.  A test whose
+   reference is loaded on one CPU and timed on the other reads as an eviction (unpinned, 40% of
+   a colour's pages read as not of it, or a third of other pages as of it; pinned, 1-3%). */
+static bool pin_here(cpu_set_t* was) {
+  int cpu = sched_getcpu();
+  if (cpu < 0 || sched_getaffinity(0, sizeof *was, was) != 0) return false;
+  if (cpu == L.worker_cpu) cpu = other_cpu(was, cpu);
+  return pin(cpu);
+}
+
+/* Colour index of the page holding p among the known colours, or -1, measured pinned. */
 int _ca_colour_of(const void* p) {
   if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
   cpu_set_t was;
-  int cpu = sched_getcpu();
-  bool pinned = cpu >= 0 && sched_getaffinity(0, sizeof was, &was) == 0;
-  /* not on the worker's CPU, when there is another: it may be measuring too */
-  if (pinned && cpu == L.worker_cpu) cpu = other_cpu(&was, cpu);
-  pinned = pinned && pin(cpu);
+  bool pinned = pin_here(&was);
   int c = _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, true);
   if (pinned) sched_setaffinity(0, sizeof was, &was);
   return c;
+}
+
+/* Protection's test as any thread can run it, pinned, with rules of its own measured first
+   (test_protect checks it on pool pages of known colour): 1 of set id's colours, 0 not, -1
+   cannot tell now. */
+int _ca_colour_in_set(const void* p, int id) {
+  const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  ca_live_rule_t rules[CA_COLOURS_MAX];
+  memset(rules, 0, sizeof rules);
+  cpu_set_t was;
+  bool pinned = pin_here(&was);
+  int in = live_in_set(page, id, rules, true);
+  if (pinned) sched_setaffinity(0, sizeof was, &was);
+  return in;
 }
 
 /* Take one pooled page of set id (for recolouring); NULL when the pool is empty. */
