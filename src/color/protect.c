@@ -213,7 +213,9 @@ static uint8_t* next_page(const void** key, size_t* pending) {
    `from` (under a third of the set's share), it was failing in this process at that time (pv
    frames' victim: 1 and 2 of 113 touched pages in 2 of 14 runs, where 14 are expected; the
    victim then no faster than with the policy off), so every range is looked at again a little
-   later, at most RELOOKS times.  Returns the pages now pending. */
+   later, at most RELOOKS times.  Measured since, it has not helped: the processes where it fired
+   (pv requests: 7 of 38) were ones whose L2 did not keep the victim even without the polluter
+   (the host's doing, docs/nightwatch.md), and they stayed so.  Returns the pages now pending. */
 static size_t relook(void) {
   if (P.relooks >= RELOOKS || P.pass_touched < RELOOK_MIN || P.share_pm == 0 ||
       P.pass_in_set * 1000 * 3 >= P.pass_touched * P.share_pm) return 0;
