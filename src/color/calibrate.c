@@ -122,8 +122,8 @@ int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* pa
 /* The test above, one plain reading per colour, is what protection asked of a live page until
    it was measured against pages of known colour (pool pages of the first eighth and of the
    rest, Zen 4 VM): most of the time it was right, but in some processes a colour's set, with
-   one member replaced by a page of another colour, still slowed its reference to 126-145% of
-   the quiet chase (the full set: 160-172%, others 210-230%), and against the rule's 150% the
+   one member replaced by a page of another colour, still slowed its reference to 126% and 145%
+   of the quiet chase (those full sets: 212% and 172%), and against the rule's 150% the
    test then placed 27 of 64 pages of other colours in the slice (9 and 21 of 48 in another
    process).  Each such page was moved, and its frame, of another colour, joined the slice's
    pool, where the polluter then spread into the victim's colours.
