@@ -240,38 +240,53 @@ static uint32_t round_colours(uint32_t n) {
   return c;
 }
 
-/* Without a profile the colour count is estimated: random pages are classified against the
-   first few colours' sets, and each set claims about one page in `colours`.  Cache geometries
-   have power-of-two colour counts, so the estimate is rounded to one.  A busy moment can make
-   every set claim almost every page (an estimate of 4 colours for 32 was seen once in ten
-   runs), or claim too few (64 for 32): see estimate_colours.  A page counts as claimed when
+/* Without a profile the colour count is estimated: pages are classified against the first few
+   colours' sets, and each set claims about one page in `colours`.  Cache geometries have
+   power-of-two colour counts, so the estimate is rounded to one.  A page counts as claimed when
    the first of three tests of the plain kind and two of them say so, not the three "fully
    evicted" tests that fill pools: every further or stricter test also loses true positives on
    a busy host, which biases the count up (64 for 32 in 1 of 20 processes with three in a row;
-   32 for 16 in 1 of 2 with the strict kind; on the Zen 5 host one plain test in 20 reads low). */
-static uint32_t estimate_once(void) {
-  enum { SAMPLE = 2 * STOCK_CHUNK };
-  uint8_t* chunk = _ca_pool_supply(SAMPLE);
-  if (chunk == NULL) return 0;
-  uint32_t claimed = 0;
-  for (size_t i = 0; i < SAMPLE; i++)
-    claimed += _ca_colour_classify_n(&L.probe.base, &L.map, chunk + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, false) >= 0;
-  _ca_os_unmap(chunk, SAMPLE * CA_OS_PAGE);
-  if (claimed == 0) return 0;
-  return round_colours((uint32_t)((double)L.map.ncolours * SAMPLE / claimed + 0.5));
+   32 for 16 in 1 of 2 with the strict kind; on the Zen 5 host one plain test in 20 reads low).
+
+   The pages are far from a random sample of colours: the frames of one 4 MiB chunk fell
+   unevenly on this VM's colours (four sets claiming 8, 6, 22 and 21 of its 1024 pages, 2, 75,
+   99 and 78 of the next chunk's), and a chunk unmapped and mapped again gets the same frames
+   back (six estimates in one process then claimed 80 of 1024 pages each, and all said 64 for
+   32).  So the claims add up over chunks that stay mapped until the end, up to SAMPLES of them,
+   and the estimate is taken again after each, from the median set's claims: one set of four
+   could claim almost nothing (1 and 2 of 1024 and 2048 pages, the others 24-30 and 52-95). */
+static uint32_t estimate_colours_from_pages(uint32_t expected) {
+  enum { SAMPLE = 2 * STOCK_CHUNK, SAMPLES = 6 };
+  uint8_t* chunk[SAMPLES];
+  uint32_t claims[CA_COLOURS_MAX] = {0}, sorted[CA_COLOURS_MAX], n = L.map.ncolours, estimate = 0;
+  uint64_t pages = 0;
+  int k = 0;
+  for (; n > 0 && k < SAMPLES && (estimate != expected || k == 0); k++) {
+    if ((chunk[k] = _ca_pool_supply(SAMPLE)) == NULL) break;
+    for (size_t i = 0; i < SAMPLE; i++) {
+      int c = _ca_colour_classify_n(&L.probe.base, &L.map, chunk[k] + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, false);
+      if (c >= 0) claims[c]++;
+    }
+    pages += SAMPLE;
+    memcpy(sorted, claims, n * sizeof *sorted);
+    for (uint32_t i = 1; i < n; i++)               /* insertion sort: n <= 64 */
+      for (uint32_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) { uint32_t t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
+    double median = (sorted[(n - 1) / 2] + sorted[n / 2]) / 2.0;
+    estimate = median > 0 ? round_colours((uint32_t)((double)pages / median + 0.5)) : 0;
+  }
+  for (int i = 0; i < k; i++) _ca_os_unmap(chunk[i], SAMPLE * CA_OS_PAGE);
+  return estimate;
 }
 
-/* `expected` is what sysfs's geometry implies: one of up to six estimates agreeing with it
-   settles it (a noisy estimate is off by a factor of two).  When none does, the estimate is
-   not trusted (on the Zen 5 host 3 processes in 8 estimated 8 or 64 colours for 16: pages
-   partly evicted by another colour's set inflate the claims, and missed tests deflate them):
-   the colours are then counted the way `chromalloc calibrate` counts them, by discovering all
-   of them (10-25 s of the worker's time here), and the count rounded to a power of two, or
-   the number of sets found when that is more (a duplicate set that the pruning sweep missed
-   on a noisy host: calibrate counts it too). */
+/* `expected` is what sysfs's geometry implies: an estimate agreeing with it settles it.  When
+   none does, the estimate is not trusted (on the Zen 5 host 3 processes in 8 estimated 8 or 64
+   colours for 16: pages partly evicted by another colour's set inflate the claims, and missed
+   tests deflate them): the colours are then counted the way `chromalloc calibrate` counts them,
+   by discovering all of them (10-25 s of the worker's time here), and the count rounded to a
+   power of two, or the number of sets found when that is more (a duplicate set that the
+   pruning sweep missed on a noisy host: calibrate counts it too). */
 static uint32_t estimate_colours(uint32_t expected, uint64_t* rng) {
-  for (int i = 0; i < 6; i++)
-    if (estimate_once() == expected) return expected;
+  if (estimate_colours_from_pages(expected) == expected) return expected;
   _ca_colour_discover(&L.probe.base, &L.map, &L.src, 0, expected, 60000, rng, NULL);
   uint32_t n = L.map.ncolours, c = round_colours(n);
   return n < 2 ? 0 : n > c ? n : c;
