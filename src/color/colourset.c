@@ -346,17 +346,25 @@ static bool calibrate_or_load(uint64_t* rng) {
 }
 
 /* Protection's test of a live page against set id's colours (calibrate.c, "live pages"): the
-   colours' rules are measured into `rules` first when `measure`; 1 yes, 0 no, -1 cannot tell. */
-static int live_in_set(const void* page, int id, ca_live_rule_t* rules, bool measure) {
-  if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
+   colours it tests (0: none, or the layer is not ready), their rules measured, and the answer
+   (1 yes, 0 no, -1 cannot tell). */
+static uint64_t live_mask(int id) {
+  if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return 0;
   _ca_lock(&L.lock);
   const ca_colour_set_t* s = &L.sets[id];
   uint64_t m = s->used && !s->by_elimination ? s->mask : 0;
   _ca_unlock(&L.lock);
-  if (m == 0 || (m >> L.map.ncolours) != 0) return -1;
-  for (uint32_t c = 0; measure && c < L.map.ncolours; c++)
-    if ((m >> c) & 1) L.live_unusable += !_ca_colour_live_rule(&L.probe.base, &L.map, c, &rules[c]);
-  L.live_rules += measure ? (uint64_t)__builtin_popcountll(m) : 0;
+  return (m >> L.map.ncolours) != 0 ? 0 : m;
+}
+
+static uint32_t live_measure(uint64_t m, ca_live_rule_t* rules) {
+  uint32_t unusable = 0;
+  for (uint32_t c = 0; c < L.map.ncolours; c++)
+    if ((m >> c) & 1) unusable += !_ca_colour_live_rule(&L.probe.base, &L.map, c, &rules[c]);
+  return unusable;
+}
+
+static int live_answer(const void* page, uint64_t m, const ca_live_rule_t* rules) {
   int c = _ca_colour_live_in(&L.probe.base, &L.map, page, m, rules);
   return c == -2 ? -1 : c >= 0;
 }
@@ -364,9 +372,14 @@ static int live_in_set(const void* page, int id, ca_live_rule_t* rules, bool mea
 /* The worker's: the rules are measured again for every batch (protect_some), as the levels
    drift. */
 static int colour_in_set(const void* page, int id) {
-  bool stale = L.live_stamp != L.live_batch;
-  L.live_stamp = L.live_batch;
-  return live_in_set(page, id, L.live, stale);
+  uint64_t m = live_mask(id);
+  if (m == 0) return -1;
+  if (L.live_stamp != L.live_batch) {
+    L.live_unusable += live_measure(m, L.live);
+    L.live_rules += (uint64_t)__builtin_popcountll(m);
+    L.live_stamp = L.live_batch;
+  }
+  return live_answer(page, m, L.live);
 }
 
 /* Protection's move: the live page to a pooled page of set `to`; its old frame, which the
@@ -799,15 +812,18 @@ int _ca_colour_of(const void* p) {
 }
 
 /* Protection's test as any thread can run it, pinned, with rules of its own measured first
-   (test_protect checks it on pool pages of known colour): 1 of set id's colours, 0 not, -1
-   cannot tell now. */
+   (test_protect checks it on pool pages of known colour; the worker's statistics are left
+   alone): 1 of set id's colours, 0 not, -1 cannot tell now. */
 int _ca_colour_in_set(const void* p, int id) {
   const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  uint64_t m = live_mask(id);
+  if (m == 0) return -1;
   ca_live_rule_t rules[CA_COLOURS_MAX];
   memset(rules, 0, sizeof rules);
   cpu_set_t was;
   bool pinned = pin_here(&was);
-  int in = live_in_set(page, id, rules, true);
+  live_measure(m, rules);
+  int in = live_answer(page, m, rules);
   if (pinned) sched_setaffinity(0, sizeof was, &was);
   return in;
 }
