@@ -135,6 +135,8 @@ typedef struct ca_live_rule_s {
 bool     _ca_colour_live_rule(ca_probe_t* p, const ca_colour_map_t* map, uint32_t c, ca_live_rule_t* rule);
 int      _ca_colour_live_in(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask,
                             const ca_live_rule_t* rules);   /* colour, -1: none, -2: no usable rule */
+bool     _ca_colour_live_controls(ca_probe_t* p, const ca_colour_map_t* map, uint64_t mask, const ca_live_rule_t* rules,
+                                  void* const* in, int nin, void* const* out, int nout);
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st);
@@ -183,6 +185,7 @@ void  _ca_colour_reserve_first(int id);    /* a coloured allocation from set id:
 typedef enum { CA_STOCK_OK, CA_STOCK_SLOW, CA_STOCK_STARVED } ca_stock_progress_t;
 ca_stock_progress_t _ca_colour_progress(size_t classified, size_t taken);   /* a stretch of stocking */
 uint64_t _ca_colour_backoff(uint64_t ms, bool bad);   /* the worker's next sleep after a round */
+bool     _ca_colour_suspect(bool* suspected, bool bad, bool judged_ok);   /* drop the sets now? */
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {
@@ -197,8 +200,7 @@ void   _ca_protect_add(const void* key, void* p, size_t n);   /* whole pages of 
 void   _ca_protect_remove(const void* key);                   /* waits while the worker is at it */
 void   _ca_protect_release(const void* p, size_t n);          /* drop ranges [p, p + n) touches */
 void   _ca_protect_stop(void);                                /* drop every range, record none */
-bool   _ca_protect_arm(int from, int to, uint32_t share_pm);  /* false: armed with another pair;
-                                                                 share_pm: set from's share of pages */
+bool   _ca_protect_arm(int from, int to);                 /* false: armed with another pair */
 bool   _ca_protect_armed(void);
 bool   _ca_protect_recording(void);
 size_t _ca_protect_pages(void);                               /* pages of the ranges recorded */

@@ -55,10 +55,16 @@ static struct {
   uint64_t          quiet_ns, classify_ns, held_ns;
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
+  uint64_t          start_ns, probe_ns, discover_ns, estimate_ns, ready_ns;  /* start-up phases */
+  uint32_t          estimated, estimate_chunks;  /* the colour count the pages gave; chunks used */
+  uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets) */
+  bool              suspected;       /* the last judgement was bad */
   uint32_t          best_ratio_pct;  /* the clearest the sets have evicted (quiet_window) */
   ca_live_rule_t    live[CA_COLOURS_MAX];    /* protection's test, per colour (colour_in_set) */
   uint64_t          live_batch, live_stamp;  /* batch now; batch the rules were measured for */
   uint64_t          live_rules, live_unusable;   /* rules measured; of them, colours not testable */
+  bool              live_ok;                     /* the batch's controls passed */
+  uint64_t          live_control_fails, live_backoff_ms, live_wait_until_ms;
   char              reason[160];
 } L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1 };
 
@@ -202,23 +208,36 @@ static uint64_t sets_mask(bool excluded_only) {
   return m & known_colours();
 }
 
-/* Re-test a few pooled pages of each set; drop those no longer of the set.  The page is out of
-   the pool while it is tested: a span filled from the pool meanwhile would have moved it away
-   under the test (SIGSEGV in the worker, seen with a routed small class taking spans). */
+/* A pooled page of set i, taken out of its pool at random (NULL: none); pool_put returns it.
+   Out of the pool while it is tested: a span filled from the pool meanwhile would have moved it
+   away under the test (SIGSEGV in the worker, seen with a routed small class taking spans). */
+static void* pool_take(int i, uint64_t* rng) {
+  ca_colour_set_t* s = &L.sets[i];
+  void* page = NULL;
+  _ca_lock(&L.lock);
+  size_t n = s->used ? s->pool.count : 0;
+  if (n) {
+    *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
+    size_t at = (size_t)(*rng % n);
+    page = s->pool.pages[at];
+    s->pool.pages[at] = s->pool.pages[--s->pool.count];
+  }
+  _ca_unlock(&L.lock);
+  return page;
+}
+
+static void pool_put(int i, void* page) {
+  _ca_lock(&L.lock);
+  if (!_ca_pool_push(&L.sets[i].pool, page)) _ca_pool_drop(page);
+  _ca_unlock(&L.lock);
+}
+
+/* Re-test a few pooled pages of each set; drop those no longer of the set. */
 static void verify_sample(uint64_t* rng) {
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {
     ca_colour_set_t* s = &L.sets[i];
     for (int k = 0; k < 4; k++) {
-      _ca_lock(&L.lock);
-      size_t n = s->used ? s->pool.count : 0;
-      void* page = NULL;
-      if (n) {
-        *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
-        size_t at = (size_t)(*rng % n);
-        page = s->pool.pages[at];
-        s->pool.pages[at] = s->pool.pages[--s->pool.count];
-      }
-      _ca_unlock(&L.lock);
+      void* page = pool_take(i, rng);
       if (page == NULL) break;
       uint64_t m = s->by_elimination ? ~s->mask : s->mask;
       int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & known_colours());
@@ -238,6 +257,26 @@ static uint32_t round_colours(uint32_t n) {
   uint32_t c = 1;
   while (c * 2 <= CA_COLOURS_MAX && (double)c * 1.41421356 < (double)n) c *= 2;
   return c;
+}
+
+/* The eviction sets are not to be trusted: forget them and what they classified; the worker
+   finds them again (or gives up, saying so).  drop_sets also drops the pages they stocked. */
+static void forget_sets(void) {
+  _ca_lock(&L.lock);
+  L.map.ncolours = 0;
+  L.best_ratio_pct = 0;
+  _ca_unlock(&L.lock);
+  memset(L.src.colour, -1, L.src.npages);
+  memset(L.src.tested, 0, L.src.npages);
+}
+
+static void drop_sets(void) {
+  _ca_lock(&L.lock);
+  for (int i = 1; i <= CA_COLOUR_SETS; i++)
+    for (void* page; (page = _ca_pool_pop(&L.sets[i].pool)) != NULL;) _ca_pool_drop(page);
+  L.set_rebuilds++;
+  _ca_unlock(&L.lock);
+  forget_sets();
 }
 
 /* Without a profile the colour count is estimated: pages are classified against the first few
@@ -275,18 +314,38 @@ static uint32_t estimate_colours_from_pages(uint32_t expected) {
     estimate = median > 0 ? round_colours((uint32_t)((double)pages / median + 0.5)) : 0;
   }
   for (int i = 0; i < k; i++) _ca_os_unmap(chunk[i], SAMPLE * CA_OS_PAGE);
+  L.estimated = estimate;
+  L.estimate_chunks = (uint32_t)k;
   return estimate;
+}
+
+/* The first four sets, without a profile.  Thresholds measured while the program streams
+   memory on the other core can be wrong for good (pv frames: no set in 20 s, 3 runs of 6): when
+   a few seconds find no new colour, they are measured again. */
+static void discover_first(uint32_t expected, size_t level_bytes, uint64_t* rng) {
+  for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
+    uint32_t had = L.map.ncolours;
+    _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, NULL);
+    if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
+  }
 }
 
 /* `expected` is what sysfs's geometry implies: an estimate agreeing with it settles it.  When
    none does, the estimate is not trusted (on the Zen 5 host 3 processes in 8 estimated 8 or 64
    colours for 16: pages partly evicted by another colour's set inflate the claims, and missed
-   tests deflate them): the colours are then counted the way `chromalloc calibrate` counts them,
-   by discovering all of them (10-25 s of the worker's time here), and the count rounded to a
-   power of two, or the number of sets found when that is more (a duplicate set that the
-   pruning sweep missed on a noisy host: calibrate counts it too). */
-static uint32_t estimate_colours(uint32_t expected, uint64_t* rng) {
+   tests deflate them).  It is taken once more with four new sets (here 2 of 30 pv frames
+   processes estimated 16 for 32 over six chunks, and the discovery below kept them from being
+   ready for 14 s or more); when that disagrees too, the colours are counted the way `chromalloc
+   calibrate` counts them, by discovering all of them (10-25 s of the worker's time here), and
+   the count rounded to a power of two, or the number of sets found when that is more (a
+   duplicate set that the pruning sweep missed on a noisy host: calibrate counts it too).  The
+   second try doubles the chance that a wrong sysfs geometry is taken for true by a chance
+   agreement (an estimate is off by a factor of two in about 1 process in 10 here). */
+static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t* rng) {
   if (estimate_colours_from_pages(expected) == expected) return expected;
+  forget_sets();
+  discover_first(expected, level_bytes, rng);
+  if (L.map.ncolours >= 2 && estimate_colours_from_pages(expected) == expected) return expected;
   _ca_colour_discover(&L.probe.base, &L.map, &L.src, 0, expected, 60000, rng, NULL);
   uint32_t n = L.map.ncolours, c = round_colours(n);
   return n < 2 ? 0 : n > c ? n : c;
@@ -316,12 +375,16 @@ static bool calibrate_or_load(uint64_t* rng) {
   size_t level_bytes = l2 && l2->size > (1u << 20) ? l2->size : (1u << 20);
   /* the probe measures for about 3 s before it gives up; a busy moment can last longer (pv
      frames streams 3 MiB per frame on the other core: 2 runs of 7 ran without colours), so the
-     worker tries again for a minute, the layer calibrating meanwhile */
+     worker tries again for a minute, the layer calibrating meanwhile.  One second between two
+     tries: the moment often ends soon (with 5 s, 5 of 30 pv frames processes took 7.7 s to
+     measure the probe, the first try failing while the program ran, the second passing at once) */
   bool probe = false;
-  for (int tries = 0; tries < 12 && !probe; tries++) {
-    if (tries > 0) { struct timespec t = { 5, 0 }; nanosleep(&t, NULL); }
+  uint64_t t0 = _ca_clock_ns();
+  for (int tries = 0; tries < 15 && !probe; tries++) {
+    if (tries > 0) { struct timespec t = { 1, 0 }; nanosleep(&t, NULL); }
     probe = _ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
   }
+  L.probe_ns = _ca_clock_ns() - t0;
   if (!probe) {
     set_state(CA_COLOURS_UNAVAILABLE, "timing cannot tell the L2 from what lies beyond it");
     return false;
@@ -329,16 +392,13 @@ static bool calibrate_or_load(uint64_t* rng) {
   if (!_ca_page_source_init(&L.src, 4096)) { set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return false; }
   L.map.ways = L.cal.ways;
   if (!L.cal_from_profile) {
-    /* thresholds measured while the program streams memory on the other core can be wrong for
-       good (pv frames: no set in 20 s, 3 runs of 6): when a few seconds find no new colour,
-       measure them again */
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
-    for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
-      uint32_t had = L.map.ncolours;
-      _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, NULL);
-      if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
-    }
-    L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, rng) : 0;
+    t0 = _ca_clock_ns();
+    discover_first(expected, level_bytes, rng);
+    L.discover_ns = _ca_clock_ns() - t0;
+    t0 = _ca_clock_ns();
+    L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, level_bytes, rng) : 0;
+    L.estimate_ns = _ca_clock_ns() - t0;
     if (L.cal.colours < L.map.ncolours) { set_state(CA_COLOURS_UNAVAILABLE, "could not measure the colours of the L2"); return false; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
   }
@@ -369,8 +429,25 @@ static int live_answer(const void* page, uint64_t m, const ca_live_rule_t* rules
   return c == -2 ? -1 : c >= 0;
 }
 
+/* The batch's controls (calibrate.c): a pooled page of set id, and two of a set of none of
+   its colours.  Without them, in 5 of 24 pv frames processes the test placed 28-75 of the
+   victim's 112 touched pages in the slice (about 14 are).  A set without stock gives none. */
+static bool live_controls_pass(int id, uint64_t m) {
+  static uint64_t rng = 0x2545F4914F6CDD1Dull;
+  int other = 0;
+  for (int i = 1; i <= CA_COLOUR_SETS && other == 0; i++)
+    if (i != id && L.sets[i].used && (L.sets[i].mask & m) == 0) other = i;
+  void* in = pool_take(id, &rng);
+  void* out[2] = { other ? pool_take(other, &rng) : NULL, other ? pool_take(other, &rng) : NULL };
+  bool pass = _ca_colour_live_controls(&L.probe.base, &L.map, m, L.live, &in, 1, out, 2);
+  if (in) pool_put(id, in);
+  for (int k = 0; k < 2; k++) if (out[k]) pool_put(other, out[k]);
+  return pass;
+}
+
 /* The worker's: the rules are measured again for every batch (protect_some), as the levels
-   drift. */
+   drift, and the batch goes on only when its controls pass (else every page of it waits, and
+   the next batch waits a back-off: 50 ms doubling to 2 s). */
 static int colour_in_set(const void* page, int id) {
   uint64_t m = live_mask(id);
   if (m == 0) return -1;
@@ -378,8 +455,12 @@ static int colour_in_set(const void* page, int id) {
     L.live_unusable += live_measure(m, L.live);
     L.live_rules += (uint64_t)__builtin_popcountll(m);
     L.live_stamp = L.live_batch;
+    L.live_ok = live_controls_pass(id, m);
+    L.live_control_fails += !L.live_ok;
+    L.live_backoff_ms = L.live_ok ? 0 : L.live_backoff_ms ? (L.live_backoff_ms * 2 > 2000 ? 2000 : L.live_backoff_ms * 2) : 50;
+    L.live_wait_until_ms = _ca_clock_ms() + L.live_backoff_ms;
   }
-  return live_answer(page, m, L.live);
+  return L.live_ok ? live_answer(page, m, L.live) : -1;
 }
 
 /* Protection's move: the live page to a pooled page of set `to`; its old frame, which the
@@ -417,6 +498,16 @@ ca_stock_progress_t _ca_colour_progress(size_t classified, size_t taken) {
   return taken * 1024 < classified ? CA_STOCK_STARVED : taken * 256 < classified ? CA_STOCK_SLOW : CA_STOCK_OK;
 }
 
+/* A stretch judged bad (`bad`) may be the moment: in 5 of 24 pv frames processes the sets, good
+   until then, were dropped at their first judgement while the program ran, and not found again
+   before it ended.  So the sets are dropped (true) only when the judgement after a bad one,
+   after the back-off, is bad too; a good one (`judged_ok`) clears `*suspected`. */
+bool _ca_colour_suspect(bool* suspected, bool bad, bool judged_ok) {
+  if (bad) { bool drop = *suspected; *suspected = !drop; return drop; }
+  if (judged_ok) *suspected = false;
+  return false;
+}
+
 /* The worker's sleep after a round: none after a good one, else 0.5 s doubling to 30 s. */
 uint64_t _ca_colour_backoff(uint64_t ms, bool bad) {
   return !bad ? 0 : ms == 0 ? BACKOFF_MIN_MS : ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms * 2;
@@ -434,20 +525,6 @@ static void wait_wake(uint64_t ms) {
 
 static void release_rejected(ca_page_pool_t* rejected) {
   for (void* page; (page = _ca_pool_pop(rejected)) != NULL;) _ca_os_purge(page, CA_OS_PAGE);
-}
-
-/* The eviction sets are not to be trusted: forget them and what they classified; the worker
-   finds them again (or gives up, saying so). */
-static void drop_sets(void) {
-  _ca_lock(&L.lock);
-  for (int i = 1; i <= CA_COLOUR_SETS; i++)
-    for (void* page; (page = _ca_pool_pop(&L.sets[i].pool)) != NULL;) _ca_pool_drop(page);
-  L.map.ncolours = 0;
-  L.best_ratio_pct = 0;
-  L.set_rebuilds++;
-  _ca_unlock(&L.lock);
-  memset(L.src.colour, -1, L.src.npages);
-  memset(L.src.tested, 0, L.src.npages);
 }
 
 /* The first CPU of `allowed` after `avoid` (cyclically), or `avoid` when it is the only one. */
@@ -471,7 +548,7 @@ static bool pin(int cpu) {
 static size_t protect_some(size_t pages) {
   size_t pending = 0;
   for (size_t done = 0; _ca_protect_armed() && done < pages; done += 8) {
-    if (!quiet_window()) return 1;
+    if (_ca_clock_ms() < L.live_wait_until_ms || !quiet_window()) return 1;
     L.live_batch++;
     size_t before = pending;
     pending = _ca_protect_work(&protect_ops, 8);
@@ -493,6 +570,7 @@ static void* worker_main(void* arg) {
     if (pin(cpu)) L.worker_cpu = cpu;
   }
   uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
+  L.start_ns = _ca_clock_ns();
   if (!calibrate_or_load(&rng)) return NULL;
   uint64_t last_verify = _ca_clock_ms(), backoff_ms = 0;
   for (;;) {
@@ -511,6 +589,7 @@ static void* worker_main(void* arg) {
       return NULL;
     }
     if (!L.src.trimmed) _ca_page_source_trim(&L.src);   /* 16 MiB of calibration pages */
+    if (L.ready_ns == 0) L.ready_ns = _ca_clock_ns() - L.start_ns;
     atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);
     /* stock the pools, a batch at a time, each batch in a quiet window and bracketed by a check
        that the sets still work; a batch measured in a noisy moment is thrown away.  Pages no set
@@ -518,7 +597,7 @@ static void* worker_main(void* arg) {
        the very same frames (of the wrong colours) back in the next chunk. */
     ca_page_pool_t rejected = {0};
     size_t stretch_classified = 0, stretch_taken = 0, claim_tested = 0, claim_hits = 0;
-    bool suspect = false, slow = false;
+    bool suspect = false, slow = false, judged_ok = false;
     int since_quiet = QUIET_EVERY;
     while (pools_short(gen) && !suspect && !slow) {
       uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
@@ -580,6 +659,7 @@ static void* worker_main(void* arg) {
          elimination filled the complement with pages the sets missed): find them again */
       if (claim_tested >= CLAIM_STRETCH) {
         suspect = _ca_colour_progress(claim_tested, claim_hits) != CA_STOCK_OK;
+        judged_ok = !suspect;
         claim_tested = claim_hits = 0;
       }
       /* sets that confirm almost nothing are dropped; few, left to a quieter moment */
@@ -587,6 +667,7 @@ static void* worker_main(void* arg) {
         ca_stock_progress_t g = _ca_colour_progress(stretch_classified, stretch_taken);
         suspect = suspect || g == CA_STOCK_STARVED;
         slow = g == CA_STOCK_SLOW;
+        judged_ok = g == CA_STOCK_OK && !suspect;
         stretch_classified = stretch_taken = 0;
       }
       pthread_mutex_lock(&L.wake_lock);
@@ -599,7 +680,9 @@ static void* worker_main(void* arg) {
     }
     release_rejected(&rejected);
     if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
-    if (suspect) drop_sets();
+    L.suspicions += suspect;
+    if (_ca_colour_suspect(&L.suspected, suspect, judged_ok)) drop_sets();
+    else if (suspect) slow = true;                   /* the first: a back-off, the sets kept */
     if (slow || suspect) L.backoffs++;
     backoff_ms = _ca_colour_backoff(backoff_ms, slow || suspect);
     if (_ca_clock_ms() - last_verify > 2000) { verify_sample(&rng); last_verify = _ca_clock_ms(); }
@@ -709,7 +792,7 @@ int _ca_colour_reserve(int id) {
   int comp = s.from == 0 ? _ca_colour_set(s.to, s.den, s.den) : _ca_colour_set(0, s.from, s.den);
   if (comp < 0) return -1;
   if (!_ca_protect_recording()) _ca_colour_protect_default();
-  if (!_ca_protect_arm(id, comp, (uint32_t)((s.to - s.from) * 1000 / s.den))) { errno = EBUSY; return -1; }
+  if (!_ca_protect_arm(id, comp)) { errno = EBUSY; return -1; }
   wake_worker();
   return 0;
 }
@@ -880,6 +963,13 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"colours\":"); ca_buf_u64(b, L.cal.colours);
   ca_buf_str(b, ",\"ways\":"); ca_buf_u64(b, L.cal.ways);
   ca_buf_str(b, ",\"eviction_sets\":"); ca_buf_u64(b, L.map.ncolours);
+  /* start-up: the worker's phases (ms); ready_ms from its start, 0 while not ready */
+  ca_buf_str(b, ",\"probe_ms\":"); ca_buf_u64(b, L.probe_ns / 1000000);
+  ca_buf_str(b, ",\"discover_ms\":"); ca_buf_u64(b, L.discover_ns / 1000000);
+  ca_buf_str(b, ",\"estimate_ms\":"); ca_buf_u64(b, L.estimate_ns / 1000000);
+  ca_buf_str(b, ",\"ready_ms\":"); ca_buf_u64(b, L.ready_ns / 1000000);
+  ca_buf_str(b, ",\"estimated\":"); ca_buf_u64(b, L.estimated);
+  ca_buf_str(b, ",\"estimate_chunks\":"); ca_buf_u64(b, L.estimate_chunks);
   ca_buf_str(b, ",\"pages_classified\":"); ca_buf_u64(b, L.classified);
   ca_buf_str(b, ",\"batches_dropped\":"); ca_buf_u64(b, L.batches_dropped);
   ca_buf_str(b, ",\"unquiet_batches\":"); ca_buf_u64(b, L.unquiet_batches);
@@ -893,6 +983,8 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"frames_kept\":"); ca_buf_u64(b, L.frames_kept);
   ca_buf_str(b, ",\"live_rules\":"); ca_buf_u64(b, L.live_rules);
   ca_buf_str(b, ",\"live_rules_unusable\":"); ca_buf_u64(b, L.live_unusable);
+  ca_buf_str(b, ",\"live_control_fails\":"); ca_buf_u64(b, L.live_control_fails);
+  ca_buf_str(b, ",\"suspicions\":"); ca_buf_u64(b, L.suspicions);
   ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
   ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);
   ca_buf_str(b, ",\"pages_moved\":"); ca_buf_u64(b, _ca_pool_moved());

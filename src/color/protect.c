@@ -32,9 +32,6 @@
 #define RANGES   256                 /* live ranges recorded */
 #define AGE_MS   20                  /* a range is looked at once it has lived this long */
 #define REMOVES  2                   /* moves again of a page that landed in `from` */
-#define RELOOKS     2                /* times every range is looked at again (see relook) */
-#define RELOOK_MIN  64               /* touched pages looked at before their share is judged */
-#define RELOOK_MS   500              /* ... and how long after the pass that found too few */
 
 typedef struct ca_prange_s {
   const void* key;                   /* what it was recorded with (NULL: a free slot) */
@@ -50,8 +47,6 @@ static struct {
   uint32_t           n, cursor;      /* ranges recorded; where the worker goes on */
   _Atomic(uint32_t)  top;            /* slots ever used: the scans stop there */
   int                from, to;       /* armed when from > 0 */
-  uint32_t           share_pm;       /* the share of all pages that set `from` holds, per mille */
-  uint64_t           pass_touched, pass_in_set, relooks, relook_at_ms;   /* see relook */
   bool               capped;         /* the move cap was reached: nothing more is moved */
   size_t             max_bytes, budget, pages;   /* largest range, pages allowed, recorded */
   uintptr_t          lo, hi;         /* every key and range recorded so far lies in [lo, hi) */
@@ -155,9 +150,9 @@ void _ca_protect_release(const void* p, size_t n) {
   for (uint32_t k = 0; k < ngone; k++) wait_idle(gone[k]);
 }
 
-bool _ca_protect_arm(int from, int to, uint32_t share_pm) {
+bool _ca_protect_arm(int from, int to) {
   lock_p();
-  if (P.from <= 0) { P.from = from; P.to = to; P.share_pm = share_pm; }
+  if (P.from <= 0) { P.from = from; P.to = to; }
   bool ok = P.from == from && P.to == to;
   unlock_p();
   return ok;
@@ -198,7 +193,7 @@ static uint8_t* next_page(const void** key, size_t* pending) {
     ca_prange_t* r = &P.r[i];
     if (r->key == NULL) continue;
     *pending += r->pages - r->next;
-    if (page == NULL && now >= P.relook_at_ms && r->next < r->pages && now - r->born_ms >= AGE_MS) {
+    if (page == NULL && r->next < r->pages && now - r->born_ms >= AGE_MS) {
       page = r->base + r->next * CA_OS_PAGE;
       *key = r->key;
       P.cursor = i;
@@ -207,27 +202,6 @@ static uint8_t* next_page(const void** key, size_t* pending) {
   }
   unlock_p();
   return page;
-}
-
-/* Every range looked at: when the live test placed implausibly few of the touched pages in
-   `from` (under a third of the set's share), it was failing in this process at that time (pv
-   frames' victim: 1 and 2 of 113 touched pages in 2 of 14 runs, where 14 are expected; the
-   victim then no faster than with the policy off), so every range is looked at again a little
-   later, at most RELOOKS times.  Measured since, it has not helped: the processes where it fired
-   (pv requests: 7 of 38) were ones whose L2 did not keep the victim even without the polluter
-   (the host's doing, docs/nightwatch.md), and they stayed so.  Returns the pages now pending. */
-static size_t relook(void) {
-  if (P.relooks >= RELOOKS || P.pass_touched < RELOOK_MIN || P.share_pm == 0 ||
-      P.pass_in_set * 1000 * 3 >= P.pass_touched * P.share_pm) return 0;
-  size_t pending = 0;
-  lock_p();
-  for (uint32_t i = 0; i < P.top; i++)
-    if (P.r[i].key != NULL) { P.r[i].next = 0; pending += P.r[i].pages; }
-  P.relooks++;
-  P.pass_touched = P.pass_in_set = 0;
-  P.relook_at_ms = _ca_clock_ms() + RELOOK_MS;
-  unlock_p();
-  return pending;
 }
 
 /* The page is done: its range (if still there) moves on. */
@@ -245,7 +219,7 @@ size_t _ca_protect_work(const ca_protect_ops_t* ops, size_t max_pages) {
   for (size_t done = 0; done < max_pages; done++) {
     const void* key = NULL;
     uint8_t* page = next_page(&key, &pending);
-    if (page == NULL) return pending == 0 ? relook() : pending;
+    if (page == NULL) return pending;
     uint64_t t0 = _ca_clock_ns();
     bool touched = ops->resident == NULL || ops->resident(page);
     int in = touched ? ops->in_set(page, P.from) : 0;
@@ -267,8 +241,6 @@ size_t _ca_protect_work(const ca_protect_ops_t* ops, size_t max_pages) {
     }
     P.checked++;
     P.in_set += in == 1;
-    P.pass_touched += touched;
-    P.pass_in_set += in == 1;
     P.moved += in == 1 && moved > 0;
     if (moved < 0) { P.capped = true; atomic_store_explicit(&P.busy, NULL, ca_release); return 0; }
     page_done(key);
@@ -282,7 +254,6 @@ void _ca_protect_fork_child(void) {
   atomic_store_explicit(&P.lock.v, 0, ca_relaxed);
   atomic_store_explicit(&P.busy, NULL, ca_relaxed);
   for (uint32_t i = 0; i < P.top; i++) P.r[i].next = 0;
-  P.pass_touched = P.pass_in_set = P.relooks = 0;
 }
 
 void _ca_protect_stats_json(ca_buf_t* b) {
@@ -300,7 +271,6 @@ void _ca_protect_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "pages_moved", P.moved);
   ca_buf_field_u64(b, "pages_moved_again", P.removed);
   ca_buf_field_u64(b, "undecided", P.unknown);
-  ca_buf_field_u64(b, "relooks", P.relooks);
   ca_buf_str(b, ",\"capped\":"); ca_buf_str(b, P.capped ? "true" : "false");
   ca_buf_str(b, ",\"us_per_page\":");
   ca_buf_fixed(b, P.checked ? (int64_t)(P.ns / P.checked / 10) : 0, 2);

@@ -115,8 +115,8 @@ int main(void) {
     CHECK(!_ca_protect_armed());
     _ca_colour_reserve_first(low);
     CHECK(_ca_protect_armed());
-    CHECK(!_ca_protect_arm(rest, low, 875));              /* armed with (low, rest) */
-    CHECK(_ca_protect_arm(low, rest, 125));
+    CHECK(!_ca_protect_arm(rest, low));                   /* armed with (low, rest) */
+    CHECK(_ca_protect_arm(low, rest));
     for (int s = 0; s < 600 && _ca_protect_pending() > 0; s++) usleep(100000);
   }
   atomic_store(&stop, true);
