@@ -59,7 +59,8 @@ static struct {
   uint32_t          estimated, estimate_chunks;  /* the colour count the pages gave; chunks used */
   uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets) */
   bool              suspected;       /* the last judgement was bad */
-  uint32_t          best_ratio_pct;  /* the clearest the sets have evicted (quiet_window) */
+  uint32_t          top_ratio_pct;   /* the clearest the sets have evicted (quiet_window), */
+  uint32_t          best_ratio_pct;  /* ... and the clearest but that one reading */
   ca_live_rule_t    live[CA_COLOURS_MAX];    /* protection's test, per colour (colour_in_set) */
   uint64_t          live_batch, live_stamp;  /* batch now; batch the rules were measured for */
   uint64_t          live_rules, live_unusable;   /* rules measured; of them, colours not testable */
@@ -130,7 +131,10 @@ static uint32_t colours_needed(void) {
 static bool quiet_window(void) {
   uint32_t n = L.map.ncolours < 4 ? L.map.ncolours : 4;
   L.probe.base.recalibrate(&L.probe.base, (void* const*)L.map.ref, (void* const (*)[CA_WAYS_MAX])L.map.set, n, L.map.ways);
-  return L.probe.set_ratio_pct > 160;
+  uint32_t r = L.probe.set_ratio_pct;
+  if (r > L.top_ratio_pct) { L.best_ratio_pct = L.top_ratio_pct; L.top_ratio_pct = r; }
+  else if (r > L.best_ratio_pct) L.best_ratio_pct = r;
+  return r > 160;
 }
 
 /* After a batch: do most sets still evict their references? */
@@ -264,7 +268,7 @@ static uint32_t round_colours(uint32_t n) {
 static void forget_sets(void) {
   _ca_lock(&L.lock);
   L.map.ncolours = 0;
-  L.best_ratio_pct = 0;
+  L.top_ratio_pct = L.best_ratio_pct = 0;
   _ca_unlock(&L.lock);
   memset(L.src.colour, -1, L.src.npages);
   memset(L.src.tested, 0, L.src.npages);
@@ -621,9 +625,11 @@ static void* worker_main(void* arg) {
         /* elimination trusts a test that sees nothing: only while the sets evict about as
            clearly as they have at best in this process (at 170%, in runs where they had 250%
            otherwise, a 7/8 pool held as many pages of the first eighth as random pages do,
-           and protection moved victims into them) */
-        if (L.probe.set_ratio_pct > L.best_ratio_pct) L.best_ratio_pct = L.probe.set_ratio_pct;
-        bool eliminate = L.probe.set_ratio_pct * 5 >= L.best_ratio_pct * 4;
+           and protection moved victims into them); at best bar one reading (one of 288%,
+           where the others read 200-233%, kept a pv packets process's 7/8 pool empty to the
+           end, and protection with it) */
+        uint32_t best = L.best_ratio_pct ? L.best_ratio_pct : L.top_ratio_pct;
+        bool eliminate = L.probe.set_ratio_pct * 5 >= best * 4;
         for (size_t i = 0; i < BATCH; i++) {
           colour[i] = _ca_colour_find(&L.probe.base, &L.map, chunk + (b + i) * CA_OS_PAGE, mask);
           if (colour[i] < 0) colour[i] = eliminate ? excluded(chunk + (b + i) * CA_OS_PAGE, excl) : -2;
@@ -977,6 +983,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"classify_ms\":"); ca_buf_u64(b, L.classify_ns / 1000000);
   ca_buf_str(b, ",\"held_ms\":"); ca_buf_u64(b, L.held_ns / 1000000);
   ca_buf_str(b, ",\"set_ratio_pct\":"); ca_buf_u64(b, L.probe.set_ratio_pct);
+  ca_buf_str(b, ",\"top_ratio_pct\":"); ca_buf_u64(b, L.top_ratio_pct);
   ca_buf_str(b, ",\"best_ratio_pct\":"); ca_buf_u64(b, L.best_ratio_pct);
   ca_buf_str(b, ",\"passes\":"); ca_buf_u64(b, (uint64_t)L.probe.passes);
   ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
