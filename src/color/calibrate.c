@@ -184,9 +184,8 @@ int _ca_colour_live_in(ca_probe_t* p, const ca_colour_map_t* map, const void* pa
 
 /* The batch's controls: pages known to be of the slice (`in`) must read as in it, and pages
    known to be of none of its colours (`out`) as not; NULL entries are skipped.  A moment in
-   which the rules answer these wrong is one in which they answer the program's pages wrong
-   too (a host whose L2 comes and goes: the rules measured in a quiet instant, the pages read in
-   a loud one). */
+   which the rules answer these wrong is one in which they would answer the program's pages
+   wrong too. */
 bool _ca_colour_live_controls(ca_probe_t* p, const ca_colour_map_t* map, uint64_t mask, const ca_live_rule_t* rules,
                               void* const* in, int nin, void* const* out, int nout) {
   for (int i = 0; i < nin; i++)
