@@ -20,7 +20,12 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
               interleaved: every repetition runs each workload under all configurations back
               to back, in an order rotated by one place per repetition.
   corun       pv polluter on CPU 0 and pv victim on CPU 1 at the same time (taskset), under
-              glibc, chromalloc-off and chromalloc-on, and the victim alone; --reps times.
+              glibc, chromalloc-off and chromalloc-on, and the victim alone; --reps times.  The
+              victim starts once the polluter has streamed 20 buffers and, under the policy,
+              settled (--settle) until its restrictive pool holds a buffer (pv --ready-file);
+              the polluter's buffer is frames' (3 MiB here): 8 MiB of 1/8 pages, 2049 in stock,
+              was never reached in 20 s here (the colour layer's limit, docs/colours.md), and
+              until this change the co-run's policy-on polluter never had coloured memory.
   foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0 and
               nightwatch=1: the policy's cost on allocation-heavy programs; 3 x --reps
               repetitions (short programs, and a 1% target: with 7, larson read 1.044 on / off
@@ -526,7 +531,7 @@ def acted_text(a):
     return f"acted at frame {a['acted_frame']}, victim after {fmt(a.get('victim_ns_after'), '.2f')} ns"
 
 
-def corun_experiment(br, cfgs, reps, seconds):
+def corun_experiment(br, cfgs, reps, seconds, settle_ms):
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
         loud("corun: needs CPUs 0 and 1; skipped")
         return []
@@ -534,7 +539,6 @@ def corun_experiment(br, cfgs, reps, seconds):
     say(f"\n=== corun: pv polluter on CPU 0 + pv victim on CPU 1, {seconds:g} s, "
         f"{'/'.join(names)} and the victim alone, {reps} reps")
     runs = []
-    lead = 0.5                                # the polluter runs alone first (its contexts are learnt)
     for rep in range(1, reps + 1):
         order = names[(rep - 1) % len(names):] + names[:(rep - 1) % len(names)] + ["alone"]
         for name in order:
@@ -542,10 +546,19 @@ def corun_experiment(br, cfgs, reps, seconds):
             with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
                 pol = None
                 if name != "alone":
+                    # the polluter runs alone first (its context learnt; under the policy, the
+                    # settle until its restrictive pool holds a buffer), then creates the ready
+                    # file and goes on for the victim's time
                     prep, pstats = os.path.join(tmp, "prep"), os.path.join(tmp, "pstats.json")
-                    pargv = pv_argv("polluter", [f"--seconds={seconds + lead + 0.5:g}"])
-                    pol, pcmd = start(br, cfg, pargv, prep, pstats, cpu=0)
-                    time.sleep(lead)
+                    ready = os.path.join(tmp, "ready")
+                    extra = [f"--seconds={seconds + 0.5:g}", f"--ready-file={ready}"]
+                    if settle_ms and "nightwatch=1" in cfg.env.get("CHROMALLOC_OPTIONS", ""):
+                        extra.append(f"--settle-ms={settle_ms}")
+                    pol, pcmd = start(br, cfg, pv_argv("polluter", extra), prep, pstats, cpu=0)
+                    deadline = time.time() + settle_ms / 1000 + 15
+                    while not os.path.exists(ready) and time.time() < deadline and \
+                            not isinstance(pol, FailedStart) and pol.poll() is None:
+                        time.sleep(0.02)
                 vrep, vstats = os.path.join(tmp, "vrep"), os.path.join(tmp, "vstats.json")
                 vargv = pv_argv("victim", [f"--seconds={seconds:g}"])
                 vp, vcmd = start(br, cfg, vargv, vrep, vstats, cpu=1)
@@ -559,6 +572,8 @@ def corun_experiment(br, cfgs, reps, seconds):
                     line += f"   polluter {fmt(pr.victim_ns, '6.2f')} ns/line"
                     if pr.nw:
                         line += f", restrictive chunks {pr.nw.get('restrictive', 'n/a')}"
+                    if pr.colours:
+                        line += f", coloured {pr.colours.get('spans_filled')} / ordinary {pr.colours.get('spans_ordinary')}"
                 say(line + ("" if v.ok else "  FAILED"))
     return runs
 
@@ -711,6 +726,8 @@ def summarise(runs, corun, found, instr, cfg_names):
                         "polluter_ns_per_line": median([r.victim_ns for r in p]),
                         "polluter_restrictive_chunks": median([r.nw.get("restrictive") for r in p
                                                                if r.nw and isinstance(r.nw.get("restrictive"), (int, float))]),
+                        "polluter_coloured_runs": sum(1 for r in p if r.colours and (r.colours.get("spans_filled") or 0) > 0),
+                        "polluter_runs": len(p),
                         "runs": len(v)}
     if co:
         g, off, on, al = (co.get(n, {}).get("victim_ns") for n in ("glibc", "chromalloc-off", "chromalloc-on", "alone"))
@@ -977,7 +994,9 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
             if n in co:
                 c = co[n]
                 say(f"  {n:<16}{fmt(c['victim_ns'], '.2f'):>8}  [{fmt(c['victim_ns_min'], '.2f')}-{fmt(c['victim_ns_max'], '.2f')}]"
-                    + (f"   polluter {fmt(c['polluter_ns_per_line'], '.2f')} ns/line" if n != "alone" else ""))
+                    + (f"   polluter {fmt(c['polluter_ns_per_line'], '.2f')} ns/line" if n != "alone" else "")
+                    + (f", its memory coloured in {c['polluter_coloured_runs']} of {c['polluter_runs']} runs"
+                       if n == "chromalloc-on" else ""))
         r = co["ratios"]
         say(f"  on/off speed-up {fmt(r['speedup_on_vs_off'])}, on vs glibc {fmt(r['speedup_on_vs_glibc'])}, "
             f"glibc co-run / alone {fmt(r['pollution_factor_glibc'])} (the pollution there is to remove)")
@@ -1113,7 +1132,7 @@ def main():
     corun = []
     if "corun" not in skip:
         secs = args.corun_seconds or (1.0 if args.quick else 2.0)
-        corun = corun_experiment(br, usable, reps, secs)
+        corun = corun_experiment(br, usable, reps, secs, int(args.settle * 1000))
     found = []
     if "foundation" not in skip and lib_info:
         with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:

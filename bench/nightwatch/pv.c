@@ -32,8 +32,9 @@
      victims   no polluter: hot tables of 16 KiB (--victim-kib / 16 of them, default 128 KiB)
                from 4 call sites, one chase through all of them per round (--frames, 20000),
                and one table re-allocated (copied into a new chunk, old one freed) per round.
-     polluter  co-running: frames' polluter alone (--buf-kib, default 8192 here) for --seconds
-               (default 4); its "victim_ns" is ns per streamed line.
+     polluter  co-running: frames' polluter alone (--buf-kib, default 1536 as frames'): 20 buffers,
+               the settle (--settle-ms), then --ready-file=PATH is created and the polluter
+               goes on for --seconds (default 4); its "victim_ns" is ns per streamed line.
      victim    co-running: frames' victim alone (--victim-kib, default 1024 here: beyond the L2,
                inside what the shared L3 holds for us) for --seconds.
    Sizes scale with the L2 of the machine (sysfs): the defaults above are for an L2 of 512 KiB,
@@ -59,7 +60,7 @@
    4 KiB page of the victim, the share of its lines the polluter evicted from the L2 (see
    audit() below), so that a run can show whether some pages were left in the polluter's
    colours (those pages near 1) or the polluter reaches every page a little (all pages alike).
-   --settle-ms=N (frames, requests, messages, packets, neutral, victims): sleep N ms after the first 20
+   --settle-ms=N (frames, requests, messages, packets, neutral, victims, polluter): sleep N ms after the first 20
    frames, which are then left out of the statistics, as is the sleep from total_s: the steady
    state of an allocator whose background work (chromalloc's colour worker) needs an idle
    moment.  Under chromalloc with NightWatch on (found with dlsym: chromalloc_option("nightwatch")
@@ -97,7 +98,7 @@ static long opt_victim_kib = -1, opt_buf_kib = -1, opt_frames = -1, opt_seed = 1
 static double opt_seconds = 4.0;
 static int opt_no_polluter = 0, opt_pin = 0, opt_confine = 0, opt_protect = 0;
 static long opt_settle_ms = 0;
-static const char* opt_trace = NULL;
+static const char* opt_trace = NULL, *opt_ready_file = NULL;
 static long opt_audit = 0;
 
 static long parse_num(const char* s, const char* name, long min) {
@@ -118,6 +119,7 @@ static void parse_options(int argc, char** argv) {
     else if (strcmp(a, "--confine") == 0) opt_confine = 1;
     else if (strcmp(a, "--protect") == 0) opt_protect = 1;
     else if (strncmp(a, "--trace=", 8) == 0 && v[0]) opt_trace = v;
+    else if (strncmp(a, "--ready-file=", 13) == 0 && v[0]) opt_ready_file = v;
     else if (strncmp(a, "--audit=", 8) == 0) opt_audit = parse_num(v, "audit", 1);
     else if (strncmp(a, "--settle-ms=", 12) == 0) opt_settle_ms = parse_num(v, "settle-ms", 0);
     else if (strncmp(a, "--victim-kib=", 13) == 0) opt_victim_kib = parse_num(v, "victim-kib", 8);
@@ -785,18 +787,32 @@ static void run_victims(void) {
 
 /* ---- co-running halves -------------------------------------------------------------------- */
 
+/* co-running: the polluter's first SETTLE_AT buffers (its context learnt), then the settle if
+   asked, then --ready-file is created: the co-runner starts, and --seconds count from here */
+static void ready(void) {
+  if (!opt_ready_file) return;
+  FILE* f = fopen(opt_ready_file, "w");
+  if (!f || fclose(f) != 0) fail("--ready-file: cannot create %s: %s", opt_ready_file, strerror(errno));
+}
+
 static void run_polluter(void) {
-  size_t bkib = (size_t)def(opt_buf_kib, 8192);
-  uint64_t end = now_ns() + (uint64_t)(opt_seconds * 1e9), check = 0;
+  size_t bkib = (size_t)def(opt_buf_kib, 1536);
+  uint64_t end = UINT64_MAX, check = 0;
   samples_t s = samples(1024);
   uint64_t t0 = now_ns();
-  for (uint64_t f = 0; now_ns() < end; f++) {
+  for (long f = 0; now_ns() < end; f++) {
+    if (f == SETTLE_AT) {
+      settle(f, &t0, bkib * 1024);
+      ready();
+      end = now_ns() + (uint64_t)(opt_seconds * 1e9);
+      t0 = now_ns();
+    }
     uint64_t a = now_ns();
-    check += stream_frame(bkib * 1024, f);
+    check += stream_frame(bkib * 1024, (uint64_t)f);
     sample(&s, now_ns() - a, bkib * 1024 / 64);     /* ns per streamed line */
   }
   if (check == 42) puts("");                        /* keep the sums */
-  report("polluter", &s, 2, (double)(now_ns() - t0) * 1e-9, 0, 0);
+  report("polluter", &s, SETTLE_AT, (double)(now_ns() - t0) * 1e-9, 0, 0);
 }
 
 static void run_victim(void) {
@@ -821,7 +837,7 @@ static void run_victim(void) {
 int main(int argc, char** argv) {
   bench_name = "pv";
   if (argc < 2) fail("usage: pv frames|requests|messages|packets|neutral|victims|polluter|victim [--victim-kib=N] "
-                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--trace=FILE] [--audit=R] [--no-polluter] [--pin]");
+                     "[--buf-kib=N] [--frames=N] [--seconds=S] [--seed=N] [--settle-ms=N] [--trace=FILE] [--audit=R] [--ready-file=PATH] [--no-polluter] [--pin]");
   parse_options(argc, argv);
   if (opt_pin) {                      /* this thread only; threads started later inherit it */
     cpu_set_t one;
