@@ -23,9 +23,9 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
               glibc, chromalloc-off and chromalloc-on, and the victim alone; --reps times.  The
               victim starts once the polluter has streamed 20 buffers and, under the policy,
               settled (--settle) until its restrictive pool holds a buffer (pv --ready-file);
-              the polluter's buffer is frames' (3 MiB here): 8 MiB of 1/8 pages, 2049 in stock,
-              was never reached in 20 s here (the colour layer's limit, docs/colours.md), and
-              until this change the co-run's policy-on polluter never had coloured memory.
+              the polluter's buffer is frames' (3 MiB here): its former 16 MiB of 1/8 pages
+              were never stocked within 20 s here (the colour layer's limit, docs/colours.md),
+              and until 2026-11-26 the co-run's policy-on polluter never had coloured memory.
   foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0 and
               nightwatch=1: the policy's cost on allocation-heavy programs; 3 x --reps
               repetitions (short programs, and a 1% target: with 7, larson read 1.044 on / off
