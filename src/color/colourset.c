@@ -344,7 +344,7 @@ static void discover_first(uint32_t expected, size_t level_bytes, uint64_t* rng)
    the count rounded to a power of two, or the number of sets found when that is more (a
    duplicate set that the pruning sweep missed on a noisy host: calibrate counts it too).  The
    second try doubles the chance that a wrong sysfs geometry is taken for true by a chance
-   agreement (an estimate is off by a factor of two in about 1 process in 10 here). */
+   agreement (a first estimate was off by a factor of two in 10 of 164 processes here). */
 static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t* rng) {
   if (estimate_colours_from_pages(expected) == expected) return expected;
   forget_sets();
@@ -380,8 +380,8 @@ static bool calibrate_or_load(uint64_t* rng) {
   /* the probe measures for about 3 s before it gives up; a busy moment can last longer (pv
      frames streams 3 MiB per frame on the other core: 2 runs of 7 ran without colours), so the
      worker tries again for a minute, the layer calibrating meanwhile.  One second between two
-     tries: the moment often ends soon (with 5 s, 5 of 30 pv frames processes took 7.7 s to
-     measure the probe, the first try failing while the program ran, the second passing at once) */
+     tries: the moment often ends soon (with 5 s, 7 of 54 pv frames processes took 7.7-10.5 s
+     to measure the probe, the first try failing while the program ran) */
   bool probe = false;
   uint64_t t0 = _ca_clock_ns();
   for (int tries = 0; tries < 15 && !probe; tries++) {
