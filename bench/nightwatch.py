@@ -350,7 +350,11 @@ def colour_state(c):
     return {"state": c.get("state"), "eviction_sets": c.get("eviction_sets"),
             "spans_filled": sum(int(x.get("spans_filled", 0)) for x in sets),
             "spans_ordinary": sum(int(x.get("spans_ordinary", 0)) for x in sets),
-            "protect_checked": prot.get("pages_checked"), "protect_moved": prot.get("pages_moved")}
+            "protect_checked": prot.get("pages_checked"), "protect_moved": prot.get("pages_moved"),
+            # the worker's start-up (ms; ready 0: not ready by the end), to tell a late run's cause
+            "probe_ms": c.get("probe_ms"), "discover_ms": c.get("discover_ms"),
+            "estimate_ms": c.get("estimate_ms"), "ready_ms": c.get("ready_ms"),
+            "set_rebuilds": c.get("set_rebuilds")}
 
 
 def check_checksums(runs):
@@ -825,7 +829,8 @@ def write_csv(path, runs):
             "total_s", "victim_s", "frames", "near", "wall_s", "maxrss_kib", "instructions", "user_s", "sys_s", "checksum", "ok", "nw_enabled",
             "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
             "restrictive_spans_coloured", "restrictive_spans_ordinary", "protect_pages_checked",
-            "protect_pages_moved", "acted_frame", "victim_ns_after_acting", "error"]
+            "protect_pages_moved", "colours_probe_ms", "colours_discover_ms", "colours_estimate_ms",
+            "colours_ready_ms", "colours_set_rebuilds", "acted_frame", "victim_ns_after_acting", "error"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -843,6 +848,8 @@ def write_csv(path, runs):
                         (r.colours or {}).get("state", ""), (r.colours or {}).get("spans_filled", ""),
                         (r.colours or {}).get("spans_ordinary", ""), (r.colours or {}).get("protect_checked", ""),
                         (r.colours or {}).get("protect_moved", ""),
+                        *[(r.colours or {}).get(k, "") for k in ("probe_ms", "discover_ms", "estimate_ms",
+                                                                 "ready_ms", "set_rebuilds")],
                         "" if not r.acted or r.acted.get("acted_frame") is None else r.acted["acted_frame"],
                         fmt((r.acted or {}).get("victim_ns_after"), ".4f", ""), r.error])
 
