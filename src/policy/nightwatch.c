@@ -74,6 +74,7 @@ typedef struct nw_ctx_s {                     /* NightWatch's view of one contex
   /* under NW.lock */
   uint32_t          skip;
   uint8_t           history, nverdicts;
+  bool              tried;                    /* a chunk or group of it has been monitored */
   uint64_t          monitored, pages, hits, misses, far, unused, interference;
   uint64_t          pred_hits, pred_misses, switches;
   uint64_t          samples;                  /* its small chunks sampled (each ~_ca_sample_period bytes) */
@@ -253,25 +254,37 @@ static void* alloc_mapped(size_t n, bool zero, uint8_t flavour, bool own_pages) 
 
 /* Monitoring may start a chunk of n bytes when what it cost so far, and what this chunk will
    cost (its sampled pages at the average cost of a sampled page), are within the budget's share
-   of the time the program has run.  The share, in halves of the budget: a context whose first
-   verdict was a polluter may take four times the budget for its second (one chunk per context;
-   until then its chunks stay open, and pv frames ran 2200 of 6000 frames open with the second
-   verdict at the plain share, 950 at four times); one still learning otherwise (fewer than two
-   verdicts) the budget; the others half of it, so that one busy context does not starve the
-   rest.  (With every learning context at twice the budget, mixed's contexts, whose chunks are
-   mostly freed before a verdict, stayed learning, and monitoring took 1.0% of its run for a
-   budget of 0.5%.) */
-int _ca_nw_budget_halves(int ctx) {
+   of the time the program has run.  The share, in halves of the budget:
+   - the second chunk of a context whose first verdict was a polluter: four times the budget
+     (one chunk per context; until then its chunks stay open, and pv frames ran 2200 of 6000
+     frames open with the second verdict at the plain share, 950 at four times);
+   - a context's first chunk of the L2's size or more: twice the budget.  In pv requests two
+     contexts learn at once, and at the plain share the second one's first chunk waited for
+     the first one's two (their decision came at frame 237-1990 of 6000 in 7 of 50 runs, in
+     the others at 22; none of 40 late at two or four times).  Four times made the foundation's
+     mixed and churn (0.3 s runs) monitor one big chunk each, 0.7-1.4% of their run, for no
+     verdict; at twice they monitor none, as before;
+   - one still learning otherwise (fewer than two verdicts, a group of smaller chunks): the
+     budget;
+   - the others: half of it, so that one busy context does not starve the rest.
+   (With every learning context at twice the budget, mixed's contexts, whose chunks are mostly
+   freed before a verdict, stayed learning, and monitoring took 1.0% of its run for a budget of
+   0.5%: the first chunk's share is one chunk per context.) */
+int _ca_nw_budget_halves(int ctx, bool group) {
   const nw_ctx_t* c = &NW.ctx[ctx];
+  if (!group && c->nverdicts == 0 && !c->tried) return 4;
   return c->nverdicts == 1 && c->history == 1 ? 8 : c->nverdicts < 2 ? 2 : 1;
 }
+
+/* Context ctx's chunk or group is being monitored (NW.lock held): its first try is over. */
+void _ca_nw_tried(int ctx) { NW.ctx[ctx].tried = true; }
 
 static bool within_budget(uint32_t pages, int halves) {
   if (NW.monitor_all) return true;
   if (NW.budget_pm == 0) return false;
   /* refused until then: a coarse clock read, not the sums and a precise clock on every chunk
      (learning contexts recomputed it for each of mixed's 160,000 chunks: 8% of its time) */
-  _Atomic(uint64_t)* next = &NW.next_ok_ms[__builtin_ctz((unsigned)halves)];   /* 1, 2, 8: 0, 1, 3 */
+  _Atomic(uint64_t)* next = &NW.next_ok_ms[__builtin_ctz((unsigned)halves)];   /* 1, 2, 4, 8: 0-3 */
   if (_ca_clock_ms() < atomic_load_explicit(next, ca_relaxed)) { bump(&NW.over_budget, 1); return false; }
   uint64_t spent = _ca_monitor_cost_ns() + atomic_load_explicit(&NW.alloc_cost_ns, ca_relaxed);
   spent += (uint64_t)pages * _ca_monitor_page_cost_ns();
@@ -303,7 +316,7 @@ static void* place_monitored(int ctx, size_t n, bool zero, ca_mapping_t m, uint8
   int w = -1;
   if (NW.monitor_all || atomic_load_explicit(&NW.ctx[ctx].inflight, ca_relaxed) == 0)
     for (int i = 0; i < MAX_WATCHED && w < 0; i++) if (NW.watched[i].p == NULL && !NW.watched[i].reserved) w = i;
-  if (w >= 0) { NW.watched[w].reserved = true; atomic_fetch_add_explicit(&NW.ctx[ctx].inflight, 1, ca_relaxed); }
+  if (w >= 0) { NW.watched[w].reserved = true; atomic_fetch_add_explicit(&NW.ctx[ctx].inflight, 1, ca_relaxed); _ca_nw_tried(ctx); }
   _ca_unlock(&NW.lock);
   if (w < 0) { atomic_fetch_add_explicit(&NW.lost, 1, ca_relaxed); return NULL; }
   void* p = alloc_mapped(n, zero, flavour, true);
@@ -426,7 +439,7 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
   _ca_lock(&NW.lock);
   bool start = !c->group_on;
   if (!_ca_monitor_member_room(cookie, start)) { _ca_unlock(&NW.lock); return NULL; }
-  if (start) { c->group_on = true; c->group_predicted = m; atomic_fetch_add_explicit(&c->inflight, 1, ca_relaxed); }
+  if (start) { c->group_on = true; c->group_predicted = m; atomic_fetch_add_explicit(&c->inflight, 1, ca_relaxed); _ca_nw_tried(ctx); }
   _ca_unlock(&NW.lock);
   bool small = n < CA_OS_PAGE;
   void* p = small ? _ca_malloc_page() : alloc_mapped(n, zero, flavour, true);
@@ -460,7 +473,7 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
    not ask again at once (each ask reads the clock; asked by every chunk of mixed's two undecided
    contexts, about 1% of its run). */
 static bool group_budget(int ctx) {
-  if (within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx))) return true;
+  if (within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx, true))) return true;
   atomic_store_explicit(&NW.ctx[ctx].countdown, BUDGET_SKIP, ca_relaxed);
   return false;
 }
@@ -513,7 +526,7 @@ static ca_noinline void* place_rare(int ctx, size_t n, bool zero, ca_mapping_t m
        that cannot be interposed: a sampled page there would make them fail with EFAULT */
     atomic_store_explicit(&c->countdown, SKIP_MAX, ca_relaxed);
   } else if (monitor && n >= NW.judged_min) {
-    if (within_budget(_ca_monitor_samples(n / CA_OS_PAGE), _ca_nw_budget_halves(ctx))) {
+    if (within_budget(_ca_monitor_samples(n / CA_OS_PAGE), _ca_nw_budget_halves(ctx, false))) {
       monitor_ready();
       p = place_monitored(ctx, n, zero, m, flavour);
     }

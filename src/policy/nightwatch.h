@@ -22,7 +22,8 @@ ca_mapping_t _ca_nw_predict(int ctx);
 bool         _ca_nw_should_monitor(int ctx);
 ca_mapping_t _ca_nw_verdict(int ctx, ca_mapping_t predicted, const ca_monitor_result_t* r);
 uint32_t     _ca_nw_skip(int ctx);
-int          _ca_nw_budget_halves(int ctx);   /* its share of the monitoring budget, in halves */
+int          _ca_nw_budget_halves(int ctx, bool group);   /* its share of the monitoring budget, in halves */
+void         _ca_nw_tried(int ctx);           /* a chunk or group of it is being monitored */
 void         _ca_nw_reset(void);
 #pragma GCC visibility pop
 

@@ -65,13 +65,16 @@ static void test_predictor(void) {
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
   CHECK(_ca_nw_should_monitor(c));
   ca_monitor_result_t pol = verdict(true, 0, 10), pol2 = verdict(true, 1, 9), vic = verdict(false, 9, 1);
-  CHECK_EQ(_ca_nw_budget_halves(c), 2);                     /* learning: the budget */
+  CHECK_EQ(_ca_nw_budget_halves(c, false), 4);              /* its first chunk: 2x */
+  CHECK_EQ(_ca_nw_budget_halves(c, true), 2);               /* its first group: the budget */
+  _ca_nw_tried(c);
+  CHECK_EQ(_ca_nw_budget_halves(c, false), 2);                     /* learning: the budget */
   CHECK_EQ(_ca_nw_verdict(c, CA_MAP_OPEN, &pol), CA_MAP_OPEN);   /* one polluter is not enough */
   CHECK_EQ(_ca_nw_skip(c), 0);
-  CHECK_EQ(_ca_nw_budget_halves(c), 8);                     /* its second verdict: 4x */
+  CHECK_EQ(_ca_nw_budget_halves(c, false), 8);                     /* its second verdict: 4x */
   CHECK(_ca_nw_should_monitor(c));
   CHECK_EQ(_ca_nw_verdict(c, CA_MAP_OPEN, &pol), CA_MAP_RESTRICTIVE);
-  CHECK_EQ(_ca_nw_budget_halves(c), 1);                     /* decided: half */
+  CHECK_EQ(_ca_nw_budget_halves(c, false), 1);                     /* decided: half */
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_RESTRICTIVE);         /* last two were polluters */
   /* correct predictions double the skip interval */
   uint32_t expect = 1;
@@ -92,7 +95,7 @@ static void test_predictor(void) {
   /* a first verdict that found no polluter earns no extra share */
   int fresh = _ca_nw_context(0x9abd, fb, 2, false);
   _ca_nw_verdict(fresh, CA_MAP_OPEN, &vic);
-  CHECK_EQ(_ca_nw_budget_halves(fresh), 2);
+  CHECK_EQ(_ca_nw_budget_halves(fresh, false), 2);
   /* mixed evidence stays open: polluter, victim, polluter -> open until two in a row */
   _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
   CHECK_EQ(_ca_nw_predict(c), CA_MAP_OPEN);
