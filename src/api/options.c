@@ -54,7 +54,8 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
   [CA_OPT_NIGHTWATCH_BUDGET] = { "nightwatch_budget", 5, 0, 1000, NULL,
                              "NightWatch's monitoring (page protection, faults, chunks placed apart) may "
                              "take at most this per mille of the run time (5 = 0.5%; a context's second verdict, "
-                             "after a first that found a polluter, four times that)" },
+                             "after a first that found a polluter, four times that; its first chunk of the L2's "
+                             "size or more twice that)" },
   [CA_OPT_NIGHTWATCH_PROTECT] = { "nightwatch_protect", 1, 0, 1, bool_words,
                              "once NightWatch confines a polluter, move the pages of open memory (spans and "
                              "objects up to the L2's size, 4 times the L2 in all, oldest first) that lie in "
