@@ -166,6 +166,10 @@ void     _ca_warn(const char* msg);
 typedef struct ca_lock_s { _Atomic(int) v; } ca_lock_t;
 void _ca_lock(ca_lock_t* l);
 static inline void _ca_unlock(ca_lock_t* l) { atomic_store_explicit(&l->v, 0, ca_release); }
+static inline bool _ca_try_lock(ca_lock_t* l) {
+  int expected = 0;
+  return atomic_compare_exchange_strong_explicit(&l->v, &expected, 1, ca_acquire, ca_relaxed);
+}
 
 /* ---- segments (segment.c) ----------------------------------------------------------------- */
 ca_span_t*    _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind);

@@ -11,10 +11,14 @@
    A fault is a reference; the page then stays open for a burst window (accesses in a burst
    hit in any mapping and say nothing, paper 5.1), after which it is protected again: by the
    next fault of the program's own thread on any sampled page (while a chunk is being walked
-   faults come every few microseconds), else by the monitor thread.  The program's thread does
-   it on its own CPU; from the monitor thread every mprotect must flush the program's CPU's TLB
-   by an interrupt, which in this VM waits for the host to run that vCPU (64 of them took 4-10
-   ms, long enough for a whole read pass to go by unseen).  The next fault closes a pair.  The paper judges a pair by the PMU's miss count
+   faults come every few microseconds) or its next allocator call (_ca_monitor_tick), else by
+   the monitor thread, which looks every LOOK_MS and is not woken for it.  The program's thread
+   does it on its own CPU; from the monitor thread every mprotect must flush the program's
+   CPU's TLB by an interrupt, which in this VM waits for the host to run that vCPU (64 of them
+   took 4-10 ms, long enough for a whole read pass to go by unseen), and waking the monitor
+   thread for each opened page cost the program about as much as its trap (sparse members of
+   a group, one opened page each: 2.5% of a run where the traps and protection counted 0.7%;
+   1.4% without the wake).  The next fault closes a pair.  The paper judges a pair by the PMU's miss count
    between its two references: more misses than the open cache has lines means the reuse
    misses even with open mapping.  Without a PMU the chunk's own sampled pages are the counter:
    every sampled page referenced between the two references of a pair stands for `stride`
@@ -84,6 +88,7 @@
 #define LAZY_US        200         /* ... and the monitor thread leaves it to faults this long */
 #define REARM_PER_FAULT 16         /* pages a fault re-protects at most */
 #define EXPIRE_MS      50          /* an armed page waits this long for its next reference */
+#define LOOK_MS        5           /* the monitor thread's look while chunks are sampled */
 #define TRAP_NS        3000        /* a fault's delivery and return, beyond the handler (cost) */
 #define PMU_RINGS      64          /* threads sampling with the PMU */
 #define PMU_PERIOD     4001        /* sampled loads: one in this many */
@@ -168,13 +173,15 @@ static struct {
   bool           rearming;            /* the monitor thread is protecting a batch, unlocked */
   ca_verdict_fn  verdict;
   bool           inited, trap_ok;
-  _Atomic(int)   wake_seq, sleeping;  /* the monitor thread's futex: faults wake it */
+  _Atomic(int)   wake_seq, sleeping;  /* the monitor thread's futex (sleeping: SLEEP_*) */
+  _Atomic(uint64_t) open_ns;          /* a page was opened then and may still be (0: none) */
   _Atomic(pid_t) thread_pid;          /* process the thread runs in (0: none) */
   _Atomic(bool)  measured;            /* the reload thresholds are known */
   size_t         l2;                  /* bytes: the open cache (C_open) */
   uint32_t       hit_ticks, miss_ticks, threshold;
   uint64_t       first_refs, pairs, pair_hits, far, unused, expired, interference;
   uint64_t       rearms, released, no_room, verdicts, fault_ns, members, group_verdicts;
+  _Atomic(uint64_t) wakes, wake_ns, tick_rearms;
   _Atomic(uint64_t) cost_ns;          /* page protection and fault handling, all threads */
   _Atomic(uint64_t) traced;           /* looks that found the process traced (no new traps) */
   _Atomic(uint64_t) sampled;          /* pages sampled so far */
@@ -307,6 +314,13 @@ static sample_t* sample_of(uintptr_t a, mchunk_t** out) {
 static __thread bool holding __attribute__((tls_model("initial-exec")));
 static void lock_m(void) { holding = true; _ca_lock(&M.lock); }
 static void unlock_m(void) { _ca_unlock(&M.lock); holding = false; }
+static bool try_lock_m(void) {
+  if (holding) return false;
+  holding = true;
+  if (_ca_try_lock(&M.lock)) return true;
+  holding = false;
+  return false;
+}
 
 /* the system call itself: the interposed mprotect (syscalls.c) would wait for our own lock */
 static int protect(void* page, int prot) {
@@ -424,19 +438,33 @@ static void decide(mchunk_t* c, uint32_t min_evidence, bool freed) {
   c->state = CH_VERDICT;
 }
 
-/* ---- waking the monitor thread: a futex through chromalloc's own stub (async-signal-safe) -- */
+/* ---- waking the monitor thread: a futex through chromalloc's own stub (async-signal-safe) --
+   Only for a verdict to deliver, and when the first chunk is sampled while the thread sleeps
+   with no time limit.  Waking it cost the waking thread 10-30 us here (an interrupt to an idle
+   vCPU), counted in the monitoring's cost. */
+enum { SLEEP_NO = 0, SLEEP_TIMED, SLEEP_IDLE };
 static void wake_monitor(void) {
   atomic_fetch_add_explicit(&M.wake_seq, 1, ca_release);
-  if (atomic_load_explicit(&M.sleeping, ca_acquire))
-    _ca_syscall6(SYS_futex, (long)&M.wake_seq, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+  if (atomic_load_explicit(&M.sleeping, ca_acquire) == SLEEP_NO) return;
+  uint64_t t0 = _ca_clock_ns();
+  _ca_syscall6(SYS_futex, (long)&M.wake_seq, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+  uint64_t ns = _ca_clock_ns() - t0;
+  atomic_fetch_add_explicit(&M.cost_ns, ns, ca_relaxed);
+  atomic_fetch_add_explicit(&M.wake_ns, ns, ca_relaxed);
+  atomic_fetch_add_explicit(&M.wakes, 1, ca_relaxed);
 }
 
 /* sleep until woken after `seq` was read, or for `ns` (0: no limit) */
 static void sleep_monitor(int seq, uint64_t ns) {
   struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
-  atomic_store_explicit(&M.sleeping, 1, ca_release);
+  atomic_store_explicit(&M.sleeping, ns ? SLEEP_TIMED : SLEEP_IDLE, ca_release);
   _ca_syscall6(SYS_futex, (long)&M.wake_seq, FUTEX_WAIT_PRIVATE, seq, ns ? (long)&ts : 0, 0, 0);
-  atomic_store_explicit(&M.sleeping, 0, ca_release);
+  atomic_store_explicit(&M.sleeping, SLEEP_NO, ca_release);
+}
+
+/* a chunk is sampled now: the thread, asleep with no time limit, must look at it in time */
+static void sampling_started(void) {
+  if (atomic_load_explicit(&M.sleeping, ca_acquire) == SLEEP_IDLE) wake_monitor();
 }
 
 /* ---- the fault handler's client ----------------------------------------------------------- */
@@ -455,21 +483,28 @@ static void judge(mchunk_t* c, sample_t* s) {
   if (hit && timed && ticks > M.threshold) { c->ev->r.interference++; M.interference++; }
 }
 
-/* Re-protect pages whose burst is older than `older_ns`, at most `max` of them (lock held). */
+/* Re-protect pages whose burst is older than `older_ns`, at most `max` of them (lock held);
+   M.open_ns becomes the opening time of the oldest page left open (0: none). */
 static int rearm_locked(uint64_t now, uint64_t older_ns, int max) {
   int n = 0;
-  for (int i = 0; i < MAX_CHUNKS && n < max; i++) {
+  uint64_t oldest = 0;
+  for (int i = 0; i < MAX_CHUNKS; i++) {
     mchunk_t* c = &M.chunks[i];
     if (c->state != CH_ACTIVE || !c->traps) continue;
-    for (uint32_t j = 0; j < c->nsamples && n < max; j++) {
+    for (uint32_t j = 0; j < c->nsamples; j++) {
       sample_t* s = &c->s[j];
-      if (s->state != PG_OPEN || now - s->t < older_ns) continue;
-      s->state = PG_ARMED;
-      s->t = now;
-      protect(page_of(c, s), PROT_NONE);
-      n++;
+      if (s->state != PG_OPEN) continue;
+      if (n < max && s->t <= now && now - s->t >= older_ns) {
+        s->state = PG_ARMED;
+        s->t = now;
+        protect(page_of(c, s), PROT_NONE);
+        n++;
+      } else if (oldest == 0 || s->t < oldest) {
+        oldest = s->t;
+      }
     }
   }
+  atomic_store_explicit(&M.open_ns, oldest, ca_relaxed);
   M.rearms += (uint64_t)n;
   return n;
 }
@@ -498,7 +533,7 @@ static bool on_fault(void* addr, int sig) {
     if (s->state == PG_ARMED_FIRST) M.first_refs++;
     else judge(c, s);
     if (s->state == PG_ARMED && ++s->pairs >= PAIRS_PER_PAGE) { s->state = PG_DONE; c->done++; }
-    else { s->state = PG_OPEN; wake = true; }
+    else s->state = PG_OPEN;           /* re-protected by a later fault or allocator call (tick) */
     s->line = (uint8_t)line;
     s->t = s->last_ref = t0;
     if (atomic_load_explicit(&M.measured, ca_relaxed)) touch_lines(page_of(c, s), line);
@@ -518,6 +553,22 @@ static bool on_fault(void* addr, int sig) {
   unlock_m();
   if (wake) wake_monitor();
   return true;
+}
+
+/* ---- the program's thread re-protects pages at its allocator calls ------------------------ */
+/* Called by the policy's hooks (allocations of a page or more, sampled small ones, frees) while
+   chunks are sampled: pages whose burst has passed are protected again here, on the program's
+   own CPU, as a fault does.  Done by the monitor thread instead, each page would cost the
+   program an interrupt (its TLB flushed from the other CPU), and waking that thread for every
+   opened page cost the program more than the trap itself (see the header). */
+void _ca_monitor_tick(void) {
+  uint64_t since = atomic_load_explicit(&M.open_ns, ca_relaxed);
+  if (since == 0) return;
+  uint64_t now = _ca_clock_ns();
+  if (now < since + (uint64_t)BURST_US * 1000 || !try_lock_m()) return;
+  int n = rearm_locked(now, (uint64_t)BURST_US * 1000, REARM_PER_FAULT);
+  unlock_m();
+  atomic_fetch_add_explicit(&M.tick_rearms, (uint64_t)n, ca_relaxed);
 }
 
 /* ---- the monitor thread: re-protect pages after their burst, hand verdicts over ---------- */
@@ -574,9 +625,10 @@ static bool rearm(void) {
   enum { BATCH = 64 };
   void* pages[BATCH];
   int n = 0;
-  bool open_left = false, wake = false;
-  uint64_t now = _ca_clock_ns();
+  bool wake = false;
+  uint64_t oldest = 0;
   lock_m();
+  uint64_t now = _ca_clock_ns();             /* after the lock: no fault can date a page later */
   for (int i = 0; i < MAX_CHUNKS; i++) {
     mchunk_t* c = &M.chunks[i];
     if (c->state != CH_ACTIVE) continue;
@@ -589,7 +641,7 @@ static bool rearm(void) {
         continue;
       }
       if (s->state != PG_OPEN) continue;
-      if (now - s->t < (uint64_t)LAZY_US * 1000 || n == BATCH) { open_left = true; continue; }
+      if (now - s->t < (uint64_t)LAZY_US * 1000 || n == BATCH) { if (oldest == 0 || s->t < oldest) oldest = s->t; continue; }
       s->state = PG_ARMED;
       s->t = now;
       pages[n++] = page_of(c, s);
@@ -602,9 +654,11 @@ static bool rearm(void) {
     settle_gone(g, now_ms, false);
     if (group_idle(g, now_ms)) { decide_group(g, MIN_EVIDENCE / 2); wake = true; }
   }
+  atomic_store_explicit(&M.open_ns, oldest, ca_relaxed);
   M.rearms += (uint64_t)n;
   M.rearming = n > 0;
   unlock_m();
+  bool open_left = oldest != 0;
   if (n == 0) return open_left || wake;
   for (int i = 0; i < n; i++) protect(pages[i], PROT_NONE);
   /* a page a fault handler opened between the unlock and its protection must not stay closed */
@@ -679,8 +733,9 @@ static void* thread_main(void* arg) {
       struct timespec ts = { 0, LAZY_US * 1000 };
       nanosleep(&ts, NULL);
     } else {
-      /* armed pages expire after EXPIRE_MS: look again before */
-      sleep_monitor(seq, atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0 ? (uint64_t)EXPIRE_MS * 500000 : 0);
+      /* open pages the program's faults and allocator calls have not re-protected, armed
+         pages that expire after EXPIRE_MS, idle groups: looked at every LOOK_MS */
+      sleep_monitor(seq, atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0 ? (uint64_t)LOOK_MS * 1000000 : 0);
     }
   }
   return NULL;
@@ -830,6 +885,7 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   c->state = CH_ACTIVE;
   atomic_fetch_add_explicit(&M.sampled, k, ca_relaxed);
   unlock_m();
+  sampling_started();
   return true;
 }
 
@@ -908,6 +964,7 @@ bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool star
   atomic_fetch_add_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
   atomic_fetch_add_explicit(&M.sampled, 1, ca_relaxed);
   unlock_m();
+  sampling_started();
   return true;
 }
 
@@ -1018,6 +1075,9 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "expired_pages", M.expired);
   ca_buf_field_u64(b, "interference", M.interference);
   ca_buf_field_u64(b, "rearms", M.rearms);
+  ca_buf_field_u64(b, "rearms_by_allocator_calls", M.tick_rearms);
+  ca_buf_field_u64(b, "monitor_wakes", M.wakes);
+  ca_buf_field_u64(b, "monitor_wake_ns", M.wake_ns);
   ca_buf_field_u64(b, "released_pages", M.released);
   ca_buf_field_u64(b, "chunks_without_room", M.no_room);
   ca_buf_field_u64(b, "verdicts", M.verdicts);

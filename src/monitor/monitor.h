@@ -47,6 +47,9 @@ void   _ca_monitor_stop(void* p);
    protection: make any sampled page in it accessible and stop sampling it. */
 void   _ca_monitor_release(const void* p, size_t len) __attribute__((access(none, 1)));
 bool   _ca_monitor_active(void);                    /* any chunk being sampled */
+/* The program's thread, at an allocator call while chunks are sampled: re-protect the pages
+   whose burst has passed (cheap when there are none). */
+void   _ca_monitor_tick(void);
 extern _Atomic(int) _ca_sampled_chunks;             /* how many (a load for hot wrappers) */
 /* The process set up asynchronous kernel I/O (io_uring, aio: syscalls.c): every sampled page
    is opened, and no chunk is sampled by page traps from now on. */

@@ -515,6 +515,12 @@ static inline bool may_monitor(nw_ctx_t* c, int ctx, size_t n) {
   return _ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0;
 }
 
+/* While chunks are sampled, the program's allocator calls re-protect their pages after a burst
+   (monitor.c: cheaper on this thread than on the monitor's) */
+static inline void tick(void) {
+  if (ca_unlikely(atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0)) _ca_monitor_tick();
+}
+
 /* The rest of `place`, for the few chunks that are monitored or get restrictive pages. */
 static ca_noinline void* place_rare(int ctx, size_t n, bool zero, ca_mapping_t m, bool monitor) {
   nw_ctx_t* c = &NW.ctx[ctx];
@@ -544,6 +550,7 @@ static ca_noinline void* place_rare(int ctx, size_t n, bool zero, ca_mapping_t m
 static void* place(size_t n, bool zero, const void* frame, const void* ret) {
   if (busy) return NULL;                      /* the stack scan or a colour set allocating */
   busy = true;
+  tick();
   void* p = NULL;
   int ctx = _ca_nw_context_of(n, frame, ret);
   if (ctx >= 0) {
@@ -563,6 +570,7 @@ static void* place(size_t n, bool zero, const void* frame, const void* ret) {
 static void* sample(size_t n, const void* frame, const void* ret) {
   if (busy) return NULL;
   busy = true;
+  tick();
   void* p = NULL;
   int ctx = _ca_nw_context_of(n, frame, ret);
   if (ctx >= 0) {
@@ -589,6 +597,7 @@ static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
   (void)ev;
   if (atomic_load_explicit(&NW.switching, ca_relaxed) == NULL && atomic_load_explicit(&NW.nwatched, ca_relaxed) == 0 &&
       !_ca_monitor_active()) return;                  /* nothing watched, switched or sampled: most frees that come here */
+  tick();
   wait_switch(p);
   bool watched = false;
   if (atomic_load_explicit(&NW.nwatched, ca_relaxed) != 0) {
