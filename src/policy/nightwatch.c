@@ -59,7 +59,7 @@
 #define MAX_WATCHED    64
 #define SWITCH_AGE_MS  20
 #define MAX_REPORTED   200
-#define TOUCH_NS       500                   /* first touch of a fresh page (a fault) */
+#define TOUCH_NS       1500                  /* first touch of a fresh page (a fault: 1.4 us here) */
 #define GROUP_COOKIE   (1ull << 32)          /* a monitor cookie naming a context's group */
 #define CLASS_CTXS     4                     /* contexts the size table tells apart per class */
 #define ROUTE_SHARE_PCT 95                   /* restrictive contexts' share of a class's samples */
