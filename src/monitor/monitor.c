@@ -99,6 +99,7 @@
 #define GROUP_TOTAL    64          /* members a group takes in all */
 #define GONE_MS        1000        /* a freed member's last reference counts this long */
 #define GROUP_IDLE_MS  100         /* a group with nothing left to learn ends after this */
+#define GROUP_FRUITLESS 24         /* warm members freed with no pair judged: the group ends */
 
 enum { PG_ARMED_FIRST, PG_OPEN, PG_ARMED, PG_DONE };
 enum { CH_FREE, CH_ACTIVE, CH_VERDICT, CH_GONE };   /* CH_GONE: a group's member, freed */
@@ -162,6 +163,7 @@ typedef struct mgroup_s {
   uint64_t  bytes;         /* what its members stood for, all that joined */
   _Atomic(uint64_t) refused_ns;   /* a chunk of its context could not join (full, no room) */
   uint32_t  members;       /* chunks in the group (active or gone) */
+  uint32_t  gone_warm;     /* members that joined warm and were freed */
   uint64_t  joined_ms;     /* the latest member's start */
   evidence_t ev;
 } mgroup_t;
@@ -182,6 +184,7 @@ static struct {
   uint64_t       first_refs, pairs, pair_hits, far, unused, expired, interference;
   uint64_t       rearms, released, no_room, verdicts, fault_ns, members, group_verdicts;
   _Atomic(uint64_t) wakes, wake_ns, tick_rearms;
+  uint64_t       fruitless_groups;
   _Atomic(uint64_t) cost_ns;          /* page protection and fault handling, all threads */
   _Atomic(uint64_t) traced;           /* looks that found the process traced (no new traps) */
   _Atomic(uint64_t) sampled;          /* pages sampled so far */
@@ -602,10 +605,17 @@ static void deliver(void) {
 
 /* A group with nothing left to learn (no member page still sampled, no gone member waiting
    for its unused test while members may still join) and no new member for GROUP_IDLE_MS ends
-   with what it has. */
+   with what it has.  So does one that has judged no pair by the time GROUP_FRUITLESS of its
+   warm members were freed: its context's chunks are used in one burst and freed before
+   anything else of the context comes (pv neutral's scratch buffers: 64 members, every group of
+   every run, judged nothing); the policy tries the context again later. */
+static bool fruitless(const mgroup_t* gr) { return gr->gone_warm >= GROUP_FRUITLESS && gr->ev.r.hits + gr->ev.r.misses == 0; }
+static bool group_full(const mgroup_t* gr) { return gr->ev.r.pages >= GROUP_TOTAL || fruitless(gr); }
+
 static bool group_idle(int g, uint64_t now_ms) {
+  if (fruitless(&M.groups[g])) return true;
   if (now_ms - M.groups[g].joined_ms < GROUP_IDLE_MS) return false;
-  bool full = M.groups[g].ev.r.pages >= GROUP_TOTAL;
+  bool full = group_full(&M.groups[g]);
   for (int i = 0; i < MAX_CHUNKS; i++) {
     const mchunk_t* m = &M.chunks[i];
     if (m->group != g) continue;
@@ -652,7 +662,7 @@ static bool rearm(void) {
   for (int g = 0; g < MAX_GROUPS; g++) {
     if (M.groups[g].state != CH_ACTIVE) continue;
     settle_gone(g, now_ms, false);
-    if (group_idle(g, now_ms)) { decide_group(g, MIN_EVIDENCE / 2); wake = true; }
+    if (group_idle(g, now_ms)) { M.fruitless_groups += fruitless(&M.groups[g]); decide_group(g, MIN_EVIDENCE / 2); wake = true; }
   }
   atomic_store_explicit(&M.open_ns, oldest, ca_relaxed);
   M.rearms += (uint64_t)n;
@@ -909,8 +919,8 @@ uint32_t _ca_monitor_group_pages(void) { return GROUP_TOTAL; }
 bool _ca_monitor_member_room(uint64_t cookie, bool start) {
   for (int g = 0; g < MAX_GROUPS; g++) {
     if (M.groups[g].state != CH_ACTIVE || M.groups[g].cookie != cookie) continue;
-    if (M.groups[g].members < GROUP_MEMBERS && M.groups[g].ev.r.pages < GROUP_TOTAL) return true;
-    for (int i = 0; i < MAX_CHUNKS && M.groups[g].ev.r.pages < GROUP_TOTAL; i++)
+    if (M.groups[g].members < GROUP_MEMBERS && !group_full(&M.groups[g])) return true;
+    for (int i = 0; i < MAX_CHUNKS && !group_full(&M.groups[g]); i++)
       if (M.chunks[i].state == CH_GONE && M.chunks[i].group == g) return true;
     atomic_store_explicit(&M.groups[g].refused_ns, _ca_clock_ns(), ca_relaxed);
     return false;
@@ -936,7 +946,7 @@ bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool star
   for (int i = 0; i < MAX_CHUNKS && c == NULL; i++) if (M.chunks[i].state == CH_FREE) c = &M.chunks[i];
   if (g < 0 && !start) { unlock_m(); return false; }   /* the group ended meanwhile */
   if (c == NULL || (g < 0 && free_g < 0) ||
-      (g >= 0 && (M.groups[g].members >= GROUP_MEMBERS || M.groups[g].ev.r.pages >= GROUP_TOTAL))) {
+      (g >= 0 && (M.groups[g].members >= GROUP_MEMBERS || group_full(&M.groups[g])))) {
     if (g >= 0) atomic_store_explicit(&M.groups[g].refused_ns, now_ns, ca_relaxed);
     M.no_room++;
     unlock_m();
@@ -971,6 +981,7 @@ bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool star
 /* A member is freed: its page opened; it stays in its group while its reference counts. */
 static void member_gone(mchunk_t* c) {
   sample_t* s = &c->s[0];
+  M.groups[c->group].gone_warm += c->warm;
   c->pending = c->warm && s->pairs == 0 && s->last_ref != 0 && !s->released;
   finish_page(c, s);
   atomic_fetch_sub_explicit(&_ca_sampled_chunks, 1, ca_relaxed);
@@ -1076,6 +1087,7 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "interference", M.interference);
   ca_buf_field_u64(b, "rearms", M.rearms);
   ca_buf_field_u64(b, "rearms_by_allocator_calls", M.tick_rearms);
+  ca_buf_field_u64(b, "groups_fruitless", M.fruitless_groups);
   ca_buf_field_u64(b, "monitor_wakes", M.wakes);
   ca_buf_field_u64(b, "monitor_wake_ns", M.wake_ns);
   ca_buf_field_u64(b, "released_pages", M.released);

@@ -56,6 +56,7 @@
 
 #define SKIP_MAX       1024
 #define BUDGET_SKIP    64                    /* chunks a context skips after the budget refused it */
+#define RETRY_MS       250                   /* a context's next group after one that judged nothing */
 #define MAX_WATCHED    64
 #define SWITCH_AGE_MS  20
 #define MAX_REPORTED   200
@@ -81,6 +82,8 @@ typedef struct nw_ctx_s {                     /* NightWatch's view of one contex
   bool              group_on;                 /* its chunks below the L2 are being monitored as a group */
   uint64_t          member_bytes;             /* `bytes` when its next chunk of a page or more may join */
   ca_mapping_t      group_predicted;          /* the prediction when the group started */
+  uint32_t          unjudged, unjudged_run;   /* its groups that judged nothing: all, in a row */
+  uint64_t          retry_ms;                 /* its next group not before (coarse clock) */
 } nw_ctx_t;
 
 typedef struct nw_class_s {                   /* the size table of small chunks, per size class */
@@ -279,6 +282,17 @@ int _ca_nw_budget_halves(int ctx, bool group) {
 /* Context ctx's chunk or group is being monitored (NW.lock held): its first try is over. */
 void _ca_nw_tried(int ctx) { NW.ctx[ctx].tried = true; }
 
+/* Context ctx's group ended at now_ms, judged or not (NW.lock held): see on_group_verdict. */
+void _ca_nw_group_ended(int ctx, bool judged, uint64_t now_ms) {
+  nw_ctx_t* c = &NW.ctx[ctx];
+  if (judged) { c->unjudged_run = 0; return; }
+  c->unjudged++;
+  c->retry_ms = now_ms + ((uint64_t)RETRY_MS << (c->unjudged_run < 5 ? c->unjudged_run : 5));
+  c->unjudged_run++;
+}
+
+uint64_t _ca_nw_retry_ms(int ctx) { return NW.ctx[ctx].retry_ms; }
+
 static bool within_budget(uint32_t pages, int halves) {
   if (NW.monitor_all) return true;
   if (NW.budget_pm == 0) return false;
@@ -473,7 +487,8 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
    not ask again at once (each ask reads the clock; asked by every chunk of mixed's two undecided
    contexts, about 1% of its run). */
 static bool group_budget(int ctx) {
-  if (within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx, true))) return true;
+  if ((NW.monitor_all || _ca_clock_ms() >= _ca_nw_retry_ms(ctx)) && within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx, true)))
+    return true;
   atomic_store_explicit(&NW.ctx[ctx].countdown, BUDGET_SKIP, ca_relaxed);
   return false;
 }
@@ -487,13 +502,18 @@ static bool group_due(int ctx, bool join) {
   return group_budget(ctx);
 }
 
-/* A group's end: with a verdict, it counts as one monitored chunk of its context. */
+/* A group's end: with a verdict, it counts as one monitored chunk of its context.  Without one,
+   the context's chunks told the monitor nothing (used in one burst and freed, or not used again
+   while it looked): its next group waits RETRY_MS, doubled for each such group in a row (up to
+   32 times), so that a context with nothing to tell does not take the whole budget (pv
+   neutral: three or four groups of 64 members a run, all for nothing). */
 static void on_group_verdict(int ctx, const ca_monitor_result_t* r) {
   nw_ctx_t* c = &NW.ctx[ctx];
   _ca_lock(&NW.lock);
   ca_mapping_t predicted = c->group_predicted;
   if (c->group_on) atomic_fetch_sub_explicit(&c->inflight, 1, ca_relaxed);
   c->group_on = false;
+  _ca_nw_group_ended(ctx, r->judged, _ca_clock_ms());
   _ca_unlock(&NW.lock);
   if (!r->judged) return;
   ca_mapping_t before = _ca_nw_predict(ctx);
@@ -686,6 +706,7 @@ static void context_json(ca_buf_t* b, int i) {
   ca_buf_field_u64(b, "pred_hits", c->pred_hits);
   ca_buf_field_u64(b, "pred_misses", c->pred_misses);
   ca_buf_field_u64(b, "skip", c->skip);
+  ca_buf_field_u64(b, "groups_unjudged", c->unjudged);
   ca_buf_field_u64(b, "switches", c->switches);
   ca_buf_field_u64(b, "small_samples", c->samples);
   ca_buf_str(b, "}");

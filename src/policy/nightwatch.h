@@ -24,6 +24,9 @@ ca_mapping_t _ca_nw_verdict(int ctx, ca_mapping_t predicted, const ca_monitor_re
 uint32_t     _ca_nw_skip(int ctx);
 int          _ca_nw_budget_halves(int ctx, bool group);   /* its share of the monitoring budget, in halves */
 void         _ca_nw_tried(int ctx);           /* a chunk or group of it is being monitored */
+/* its group ended at now_ms (coarse clock), judged or not; when its next group may start */
+void         _ca_nw_group_ended(int ctx, bool judged, uint64_t now_ms);
+uint64_t     _ca_nw_retry_ms(int ctx);
 void         _ca_nw_reset(void);
 #pragma GCC visibility pop
 

@@ -317,6 +317,26 @@ static void test_tick(void) {
   free(q); free(p);
 }
 
+/* A group whose members are each used once and freed at once judges nothing: it ends when enough
+   of them have joined warm (the L2's worth of them first), not at 64 members. */
+__attribute__((noinline)) static unsigned char* used_once(size_t n) { return malloc(n); }
+static void test_fruitless_group(void) {
+  if (chromalloc_version == NULL) return;
+  long long g0 = stats_value("monitor", "groups_fruitless"), l2 = stats_value("monitor", "l2_bytes");
+  size_t n = l2 > 0 ? (size_t)l2 / 4 : 256 << 10;   /* a member: below the L2 */
+  int i = 0;
+  for (; i < 300 && stats_value("monitor", "groups_fruitless") == g0; i++) {
+    unsigned char* p = used_once(n);
+    CHECK(p != NULL);
+    p[0] = (unsigned char)i;
+    kept = p;
+    free(p);
+    usleep(500);
+  }
+  CHECK(stats_value("monitor", "groups_fruitless") > g0);
+  CHECK(i < 64);
+}
+
 int main(int argc, char** argv) {
   const char* opts = getenv("CHROMALLOC_OPTIONS");
   if (chromalloc_version != NULL && (opts == NULL || strstr(opts, "nightwatch_monitor=1") == NULL)) {
@@ -326,6 +346,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   test_tick();
+  test_fruitless_group();
   test_memory_access();
   test_syscalls();
   test_paths();

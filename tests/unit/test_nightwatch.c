@@ -113,6 +113,27 @@ static void test_predictor(void) {
   CHECK_EQ(_ca_nw_skip(v), 16);                            /* 5 correct: 1 2 4 8 16 */
 }
 
+/* A group that judged nothing puts its context's next group off: 250 ms, doubled for each such
+   group in a row up to 32 times; a judged group ends the run of them. */
+static void test_group_retry(void) {
+  _ca_nw_reset();
+  uintptr_t f[1] = { 0x7000 };
+  int c = _ca_nw_context(0x7777, f, 1, false);
+  CHECK(c >= 0);
+  CHECK_EQ(_ca_nw_retry_ms(c), 0);                         /* never waited */
+  uint64_t expect[] = { 250, 500, 1000, 2000, 4000, 8000, 8000 };
+  for (int i = 0; i < 7; i++) {
+    _ca_nw_group_ended(c, false, 1000);
+    CHECK_EQ(_ca_nw_retry_ms(c), 1000 + expect[i]);
+  }
+  _ca_nw_group_ended(c, true, 5000);
+  CHECK_EQ(_ca_nw_retry_ms(c), 1000 + 8000);               /* a judged group changes no wait... */
+  _ca_nw_group_ended(c, false, 20000);
+  CHECK_EQ(_ca_nw_retry_ms(c), 20000 + 250);               /* ...but starts the doubling over */
+  int other = _ca_nw_context(0x8888, f, 1, false);
+  CHECK_EQ(_ca_nw_retry_ms(other), 0);                      /* per context */
+}
+
 /* The timeline in the statistics: each verdict, and each change of a context's decision, in
    order; past its room the entries are counted, not kept. */
 static void test_timeline(void) {
@@ -560,6 +581,7 @@ int main(void) {
   test_pair_rule();
   test_tracer();
   test_predictor();
+  test_group_retry();
   test_timeline();
   test_sites();
   test_site_checks();
