@@ -810,8 +810,9 @@ uint64_t _ca_monitor_cost_ns(void) { return atomic_load_explicit(&M.cost_ns, ca_
 
 /* what sampling one page has cost on average; before 16 pages, a guess from this machine (a
    sampled page took 8-45 us: two or three mprotects and faults; with 6 us, churn's first group
-   of 64 small chunks cost 1.1% of its run against a budget of 0.5%) */
-#define PAGE_COST_GUESS_NS 20000
+   of 64 small chunks cost 1.1% of its run against a budget of 0.5%; with 20 us, mixed's first
+   group, whose members cost 37-48 us each, 0.5-1.5% of its 0.3 s run; pv neutral's 24-37 us) */
+#define PAGE_COST_GUESS_NS 40000
 uint64_t _ca_monitor_page_cost_ns(void) {
   uint64_t n = atomic_load_explicit(&M.sampled, ca_relaxed);
   if (n < 16) return PAGE_COST_GUESS_NS;
