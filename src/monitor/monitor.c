@@ -443,7 +443,7 @@ static void decide(mchunk_t* c, uint32_t min_evidence, bool freed) {
 
 /* ---- waking the monitor thread: a futex through chromalloc's own stub (async-signal-safe) --
    Only for a verdict to deliver, and when the first chunk is sampled while the thread sleeps
-   with no time limit.  Waking it cost the waking thread 10-30 us here (an interrupt to an idle
+   with no time limit.  Waking it cost the waking thread 11-29 us here (an interrupt to an idle
    vCPU), counted in the monitoring's cost. */
 enum { SLEEP_NO = 0, SLEEP_TIMED, SLEEP_IDLE };
 static void wake_monitor(void) {
