@@ -27,6 +27,10 @@ void         _ca_nw_tried(int ctx);           /* a chunk or group of it is being
 /* its group ended at now_ms (coarse clock), judged or not; when its next group may start */
 void         _ca_nw_group_ended(int ctx, bool judged, uint64_t now_ms);
 uint64_t     _ca_nw_retry_ms(int ctx);
+/* its chunk or group of `pages` sampled pages started / ended: the expected cost is held */
+void         _ca_nw_reserve(int ctx, uint32_t pages);
+void         _ca_nw_release(int ctx);
+uint64_t     _ca_nw_budget_due_ns(uint32_t pages, int halves);   /* when the budget allows it */
 void         _ca_nw_reset(void);
 #pragma GCC visibility pop
 

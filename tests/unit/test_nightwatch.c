@@ -134,6 +134,26 @@ static void test_group_retry(void) {
   CHECK_EQ(_ca_nw_retry_ms(other), 0);                      /* per context */
 }
 
+/* A chunk or group in flight holds its expected cost in the budget until it ends, so that a
+   second context starting meanwhile is judged with it (each was admitted alone before). */
+static void test_reservation(void) {
+  _ca_nw_reset();
+  uintptr_t f[1] = { 0x7100 };
+  int a = _ca_nw_context(0x7171, f, 1, false), b = _ca_nw_context(0x7272, f, 1, false);
+  CHECK(a >= 0 && b >= 0 && a != b);
+  uint64_t d0 = _ca_nw_budget_due_ns(0, 2), d10 = _ca_nw_budget_due_ns(10, 2), d20 = _ca_nw_budget_due_ns(20, 2);
+  CHECK(d0 < d10 && d10 < d20);                            /* a bigger chunk waits longer */
+  _ca_nw_reserve(a, 10);                                   /* a's chunk of 10 pages starts */
+  CHECK_EQ(_ca_nw_budget_due_ns(0, 2), d10);               /* anything now waits as if with it */
+  _ca_nw_reserve(b, 10);
+  CHECK_EQ(_ca_nw_budget_due_ns(0, 2), d20);
+  _ca_nw_release(a);
+  _ca_nw_release(a);                                       /* released once only */
+  CHECK_EQ(_ca_nw_budget_due_ns(0, 2), d10);
+  _ca_nw_release(b);
+  CHECK_EQ(_ca_nw_budget_due_ns(0, 2), d0);                /* nothing held */
+}
+
 /* The timeline in the statistics: each verdict, and each change of a context's decision, in
    order; past its room the entries are counted, not kept. */
 static void test_timeline(void) {
@@ -582,6 +602,7 @@ int main(void) {
   test_tracer();
   test_predictor();
   test_group_retry();
+  test_reservation();
   test_timeline();
   test_sites();
   test_site_checks();
