@@ -39,7 +39,7 @@ VICTIM_MEMORY = ["ordinary", "other7/8", "unreserved"]
 
 def build(cc):
     BUILD.mkdir(parents=True, exist_ok=True)
-    for prog in ("pollute", "recolour", "confine", "sweep"):   # confine, sweep: tools for docs, not run here
+    for prog in ("pollute", "recolour", "confine", "sweep", "l3share"):   # confine, sweep, l3share: tools for docs, not run here
         cmd = [cc, "-O2", "-std=gnu11", "-pthread", "-Wall", "-Wextra", f"-I{ROOT / 'include'}",
                "-o", str(BUILD / prog), str(ROOT / "bench" / "colour" / f"{prog}.c"),
                f"-L{LIB.parent}", f"-Wl,-rpath,{LIB.parent}", "-lchromalloc"]

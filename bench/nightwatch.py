@@ -233,6 +233,19 @@ class FailedStart:
         self.why = why
 
 
+def keep_stats(run, stats_path):
+    """every chromalloc run's statistics, kept as RESULTS/nightwatch-stats/EXPERIMENT-WORKLOAD-CONFIG-repN[-K].json
+    (-K should a name repeat), so that a repetition that did not gain can be
+    explained afterwards (protection's pages, the timeline, the colour layer's start-up)"""
+    d = RESULTS / "nightwatch-stats"
+    d.mkdir(parents=True, exist_ok=True)
+    base = f"{run.experiment}-{run.workload}-{run.config}-rep{run.rep}"
+    dest, k = d / f"{base}.json", 1
+    while dest.exists():
+        dest, k = d / f"{base}-{k}.json", k + 1
+    shutil.copyfile(stats_path, dest)
+
+
 def finish(run, p, cmd, report, stats_path, timeout, name):
     if isinstance(p, FailedStart):
         out, err, run.error = "", "", f"could not start: {p.why}"
@@ -262,6 +275,7 @@ def finish(run, p, cmd, report, stats_path, timeout, name):
         run.error = "LD_PRELOAD failed"
     run.option_unknown = "unknown option 'nightwatch" in err
     if stats_path and Path(stats_path).exists():
+        keep_stats(run, stats_path)
         try:
             doc = json.loads(Path(stats_path).read_text())
             nw = doc.get("nightwatch")
@@ -1107,6 +1121,7 @@ def main():
         say(f"cannot load bench/run.py: {e}")
         return 2
     br.RESULTS = RESULTS
+    shutil.rmtree(RESULTS / "nightwatch-stats", ignore_errors=True)   # this run's only (keep_stats)
     br.BUILD = BUILD                           # run.py's programs, built into our own directory
     br.build(cc)                               # the foundation programs, launch and probe
     build_pv(cc)
