@@ -77,17 +77,36 @@ static void known_pages(int low, int rest, long kept) {
     memset(in[i], 1, 4096);
     memset(out[i], 2, 4096);
   }
-  int yes_in = 0, yes_out = 0, unknown = 0;
-  for (int i = 0; i < KNOWN; i++) {
-    int a = _ca_colour_in_set(in[i], low), b = _ca_colour_in_set(out[i], low);
-    yes_in += a == 1;
-    yes_out += b == 1;
-    unknown += (a < 0) + (b < 0);
+  /* the pools' strict test on the same pages is the reference for the moment: when it cannot
+     tell them apart either, the host is too noisy to judge the live test (make test on the Zen 4
+     machine once read 15 of 32 and 15 of 32 with the live test); up to three looks, a second
+     apart */
+  int yes_in = 0, yes_out = 0, unknown = 0, strict_in = 0, strict_out = 0, colours = _ca_colour_count();
+  bool live_ok = false, strict_ok = false;
+  for (int tries = 0; tries < 3 && !live_ok && !strict_ok; tries++) {
+    if (tries > 0) sleep(1);
+    yes_in = yes_out = unknown = strict_in = strict_out = 0;
+    for (int i = 0; i < KNOWN; i++) {
+      int a = _ca_colour_in_set(in[i], low), b = _ca_colour_in_set(out[i], low);
+      yes_in += a == 1;
+      yes_out += b == 1;
+      unknown += (a < 0) + (b < 0);
+      int ca = _ca_colour_of(in[i]), cb = _ca_colour_of(out[i]);
+      strict_in += ca >= 0 && ca < colours / 8;
+      strict_out += cb >= 0 && cb < colours / 8;
+    }
+    live_ok = unknown <= KNOWN / 2 && yes_in * 2 >= KNOWN && yes_out * 8 <= KNOWN;
+    strict_ok = strict_in * 2 >= KNOWN && strict_out * 8 <= KNOWN;
   }
   fprintf(stderr, "test_protect: live test on pages of known colour: %d of %d of the first eighth placed in it, "
-          "%d of %d of the rest (%d could not be told)\n", yes_in, KNOWN, yes_out, KNOWN, unknown);
+          "%d of %d of the rest (%d could not be told); the strict test: %d and %d\n", yes_in, KNOWN, yes_out, KNOWN,
+          unknown, strict_in, strict_out);
   if (unknown > KNOWN / 2) {
     fprintf(stderr, "test_protect: the live test could not tell most pages now (a noisy host): not checked\n");
+    return;
+  }
+  if (!live_ok && !strict_ok) {
+    fprintf(stderr, "test_protect: the strict test cannot tell these pages apart now either (a noisy host): not checked\n");
     return;
   }
   CHECK(yes_in * 2 >= KNOWN);                 /* most of them (a page missed stays where it is) */
@@ -143,7 +162,7 @@ int main(void) {
   /* the live check places a page only among the colours that have eviction sets (here, those of
      the first eighth): a control of CONTROL unrecorded pages shows how many it finds there without
      protection (1 in 8 at random, fewer as the strict check misses some) */
-  enum { CONTROL = 256 };
+  enum { CONTROL = 256, SENSITIVE = CONTROL / 16 };   /* half the 1 in 8 of random pages */
   uint8_t* control = mmap(NULL, CONTROL * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(control != MAP_FAILED);
   memset(control, 1, CONTROL * 4096);
@@ -153,7 +172,7 @@ int main(void) {
      that look was noise, or protection's moves landed on pooled frames of the first eighth) */
   int in_control = 0, in_buf = 0, seen_control = 0, seen_buf = 0;
   /* up to three tries, a second apart: a noisy moment passes, pages left in the set do not */
-  for (int tries = 0; tries < 3 && (in_control < 6 || in_control * 3 < seen_control * 2 || (size_t)in_buf * 2 * CONTROL > (size_t)in_control * PAGES); tries++) {
+  for (int tries = 0; tries < 3 && (in_control < SENSITIVE || in_control * 3 < seen_control * 2 || (size_t)in_buf * 2 * CONTROL > (size_t)in_control * PAGES); tries++) {
     if (tries > 0) sleep(1);
     in_control = in_first_eighth(control, CONTROL, &seen_control);
     in_buf = in_first_eighth((uint8_t*)buf, PAGES, &seen_buf);
@@ -167,10 +186,13 @@ int main(void) {
        make -j2 run on a Zen 1 host, 8 of 256 alone a minute later) and cannot tell placement */
     fprintf(stderr, "test_protect: the live check found %d of %d unprotected pages in the first eighth now (over-eager on a noisy host): placement not checked\n",
             in_control, CONTROL);
-  } else if (in_control >= 6 && in_control * 3 < seen_control * 2) {
+  } else if (in_control >= SENSITIVE && in_control * 3 < seen_control * 2) {
     fprintf(stderr, "test_protect: two looks agree on %d of the %d control pages either places in the first eighth (noise): placement not checked\n",
             in_control, seen_control);
-  } else if (in_control >= 6) {
+  } else if (in_control >= SENSITIVE) {
+    /* below half the random share, the check misses most pages of the first eighth now, and
+       protection's own look at the object may have found none of its ~16 (make test on the Zen 4
+       machine, once: 8 of 256 control pages, none of the object's moved) */
     CHECK(moved > 0);
     CHECK((size_t)in_buf * 2 * CONTROL <= (size_t)in_control * PAGES); /* random: same share; protected: few */
   } else {
