@@ -13,16 +13,9 @@
 #include "../src/bench.h"
 #include <chromalloc.h>
 #include <stdbool.h>
+#include "coloured.h"
 
 typedef struct { uint32_t next, pad; uint64_t key; uint64_t payload[6]; } node_t;
-
-/* size bytes from the colour slice [from/8, to/8), stocked first */
-static void* coloured(size_t size, unsigned from, unsigned to) {
-  int id = chromalloc_colours(0, from, to, 8);
-  if (id < 0 || chromalloc_colours_prepare(id, size + 8192, 120000) != 0)
-    fail("no stock of colours %u/8-%u/8 (errno %d)", from, to, errno);
-  return chromalloc_malloc_coloured(size, id);
-}
 
 int main(int argc, char** argv) {
   bench_name = "confine";
@@ -35,8 +28,8 @@ int main(int argc, char** argv) {
   long frames = arg_long(argc, argv, 4, 1500, 1);
   size_t vbytes = 384u << 10, bbytes = 3u << 20, n = vbytes / sizeof(node_t);
   bool pollute = strcmp(mode, "none") != 0;
-  uint64_t* buf = pollute ? (eighth ? coloured(bbytes, 0, 1) : malloc(bbytes)) : NULL;
-  node_t* v = rest ? coloured(vbytes, 1, 8) : malloc(vbytes);
+  uint64_t* buf = pollute ? (eighth ? coloured(bbytes, 0, 1, 0) : malloc(bbytes)) : NULL;
+  node_t* v = rest ? coloured(vbytes, 1, 8, 0) : malloc(vbytes);
   uint32_t* perm = malloc(n * sizeof *perm);
   double* ns = malloc((size_t)frames * sizeof *ns);
   if ((pollute && !buf) || !v || !perm || !ns) fail("out of memory");

@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+#include "coloured.h"
 
 #define VICTIM (1u << 20)
 #define STREAM (2u << 20)
@@ -48,14 +49,6 @@ static void* streamer(void* arg) {
     sink += s;
   }
   return NULL;
-}
-
-/* size bytes from the colour slice [from/8, to/8), stocked first */
-static void* coloured(size_t size, unsigned from, unsigned to, size_t stock) {
-  int id = chromalloc_colours(0, from, to, 8);
-  if (id < 0 || chromalloc_colours_prepare(id, stock + 8192, 120000) != 0)
-    fail("no stock of colours %u/8-%u/8 (errno %d)", from, to, errno);
-  return check_alloc(chromalloc_malloc_coloured(size, id), size);
 }
 
 /* the lines of b in one random cycle */
@@ -85,9 +78,9 @@ int main(int argc, char** argv) {
   if (!confined && !open && strcmp(mode, "none") != 0) fail("usage: l3share none|open|confined [SECONDS]");
   double secs = argc > 2 ? atof(argv[2]) : 2.0;
   if (!(secs > 0)) fail("SECONDS must be > 0");
-  unsigned char* in = coloured(VICTIM, 0, 1, VICTIM + (confined ? STREAM : 0));
-  unsigned char* out = coloured(VICTIM, 1, 8, VICTIM);
-  stream = confined ? coloured(STREAM, 0, 1, VICTIM + STREAM) : check_alloc(malloc(STREAM), STREAM);
+  unsigned char* in = check_alloc(coloured(VICTIM, 0, 1, VICTIM + (confined ? STREAM : 0)), VICTIM);
+  unsigned char* out = check_alloc(coloured(VICTIM, 1, 8, VICTIM), VICTIM);
+  stream = check_alloc(confined ? coloured(STREAM, 0, 1, VICTIM + STREAM) : malloc(STREAM), STREAM);
   memset(stream, 1, STREAM);
   cycle(in, VICTIM / 64, 1);
   cycle(out, VICTIM / 64, 2);
