@@ -96,7 +96,8 @@
 
 #define MAX_GROUPS     16          /* contexts whose small chunks are sampled together */
 #define GROUP_MEMBERS  40          /* a group's members, live or gone, at most */
-#define GROUP_TOTAL    64          /* members a group takes in all */
+#define GROUP_WARM     56          /* warm members a group takes in all (after the L2's worth) */
+#define GROUP_LIMIT    320         /* members a group takes in all, warm or not */
 #define GONE_MS        1000        /* a freed member's last reference counts this long */
 #define GROUP_IDLE_MS  100         /* a group with nothing left to learn ends after this */
 #define GROUP_FRUITLESS 24         /* warm members freed with no pair judged: the group ends */
@@ -163,6 +164,7 @@ typedef struct mgroup_s {
   uint64_t  bytes;         /* what its members stood for, all that joined */
   _Atomic(uint64_t) refused_ns;   /* a chunk of its context could not join (full, no room) */
   uint32_t  members;       /* chunks in the group (active or gone) */
+  uint32_t  warm;          /* members that joined warm */
   uint32_t  gone_warm;     /* members that joined warm and were freed */
   uint64_t  joined_ms;     /* the latest member's start */
   evidence_t ev;
@@ -610,7 +612,7 @@ static void deliver(void) {
    anything else of the context comes (pv neutral's scratch buffers: 64 members, every group of
    every run, judged nothing); the policy tries the context again later. */
 static bool fruitless(const mgroup_t* gr) { return gr->gone_warm >= GROUP_FRUITLESS && gr->ev.r.hits + gr->ev.r.misses == 0; }
-static bool group_full(const mgroup_t* gr) { return gr->ev.r.pages >= GROUP_TOTAL || fruitless(gr); }
+static bool group_full(const mgroup_t* gr) { return gr->warm >= GROUP_WARM || gr->ev.r.pages >= GROUP_LIMIT || fruitless(gr); }
 
 static bool group_idle(int g, uint64_t now_ms) {
   if (fruitless(&M.groups[g])) return true;
@@ -900,6 +902,11 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
   return true;
 }
 
+static mchunk_t* free_slot(void) {
+  for (int i = 0; i < MAX_CHUNKS; i++) if (M.chunks[i].state == CH_FREE) return &M.chunks[i];
+  return NULL;
+}
+
 /* a full group's oldest gone member goes (settled first); false when it has none */
 static bool drop_oldest_gone(int g) {
   mchunk_t* old = NULL;
@@ -913,7 +920,14 @@ static bool drop_oldest_gone(int g) {
   return true;
 }
 
-uint32_t _ca_monitor_group_pages(void) { return GROUP_TOTAL; }
+/* A group of members standing for `stride` bytes each takes the L2's worth of them (not judged:
+   they mark footprint) and GROUP_WARM more.  With a fixed total of 64, members of 16 KiB or less
+   (every chunk a member, nightwatch_monitor=1) filled the group before any was warm: pv
+   victims' and neutral's groups judged nothing in the run that monitors every chunk. */
+uint32_t _ca_monitor_group_pages(size_t stride) {
+  size_t l2 = M.l2 ? M.l2 : (size_t)1 << 20, cold = stride ? (l2 + stride - 1) / stride : GROUP_LIMIT;
+  return cold + GROUP_WARM < GROUP_LIMIT ? (uint32_t)(cold + GROUP_WARM) : GROUP_LIMIT;
+}
 
 /* whether a member could join the group `cookie` now (or start it, when `start`); no lock:
    a hint that spares the caller a page when the answer is no */
@@ -942,9 +956,11 @@ bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool star
     if (M.groups[i].state == CH_ACTIVE && M.groups[i].cookie == cookie) g = i;
     else if (M.groups[i].state == CH_FREE && free_g < 0) free_g = i;
   }
-  if (g >= 0 && M.groups[g].members >= GROUP_MEMBERS) drop_oldest_gone(g);
-  mchunk_t* c = NULL;
-  for (int i = 0; i < MAX_CHUNKS && c == NULL; i++) if (M.chunks[i].state == CH_FREE) c = &M.chunks[i];
+  mchunk_t* c = free_slot();
+  /* a full group, or no slot left (groups of several contexts hold more than MAX_CHUNKS, their
+     gone members for up to GONE_MS: pv victims' four contexts turned 97% of their members
+     away): its own oldest gone member makes room */
+  if (g >= 0 && (M.groups[g].members >= GROUP_MEMBERS || c == NULL) && drop_oldest_gone(g) && c == NULL) c = free_slot();
   if (g < 0 && !start) { unlock_m(); return false; }   /* the group ended meanwhile */
   if (c == NULL || (g < 0 && free_g < 0) ||
       (g >= 0 && (M.groups[g].members >= GROUP_MEMBERS || group_full(&M.groups[g])))) {
@@ -963,6 +979,7 @@ bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool star
   c->nsamples = 1; c->done = 0; c->stride = stride;
   c->group = g; c->ev = &gr->ev; c->pending = false; c->traps = true;
   c->warm = gr->bytes >= M.l2;
+  gr->warm += c->warm;
   c->joined_ns = now_ns; c->gone_ns = 0;
   c->s[0] = (sample_t){ .index = 0, .state = PG_ARMED_FIRST, .t = now_ns };
   if (protect(p, PROT_NONE) != 0) { c->s[0].state = PG_DONE; c->done = 1; }

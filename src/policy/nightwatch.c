@@ -483,8 +483,17 @@ static void update_routes(void) {
    own inside a block of an ordinary span (_ca_malloc_page), so no mapping is made for it; a
    chunk of a page or more gets pages of its own (a large object, of its predicted flavour) and
    is a member by its first page. */
+/* What a member of n bytes stands for: a small chunk, or a chunk below the sampling period, the
+   period's bytes of its context's allocations (one is sampled per period); with every chunk
+   monitored, every one joins and stands for itself. */
+static size_t member_stride(size_t n) {
+  size_t period = (size_t)_ca_sample_period;
+  return n < CA_OS_PAGE ? period : NW.monitor_all || n >= period ? n : period;
+}
+
 static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t flavour) {
   uint64_t t0 = _ca_clock_ns(), cookie = GROUP_COOKIE | (uint64_t)ctx;
+  size_t stride = member_stride(n);
   nw_ctx_t* c = &NW.ctx[ctx];
   _ca_lock(&NW.lock);
   bool start = !c->group_on;
@@ -493,7 +502,7 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
     c->group_on = true;
     c->group_predicted = m;
     atomic_fetch_add_explicit(&c->inflight, 1, ca_relaxed);
-    _ca_nw_reserve(ctx, _ca_monitor_group_pages());
+    _ca_nw_reserve(ctx, _ca_monitor_group_pages(stride));
     _ca_nw_tried(ctx);
   }
   _ca_unlock(&NW.lock);
@@ -502,8 +511,6 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
   if (p != NULL && small) _ca_protect_release(p, CA_OS_PAGE);   /* its page will trap: never recoloured */
   if (p != NULL && !small) _ca_protect_remove(p);
   uint64_t t1 = _ca_clock_ns();               /* the monitor counts its own cost (mprotect) */
-  /* with every chunk monitored, every one joins and stands for itself */
-  size_t period = (size_t)_ca_sample_period, stride = small ? period : NW.monitor_all || n >= period ? n : period;
   if (p != NULL && _ca_monitor_start_member(p, cookie, stride, start)) {
     bump(small ? &NW.small_members : &NW.medium_members, 1);
     if (!small) c->member_bytes = atomic_load_explicit(&c->bytes, ca_relaxed) + stride - n;
@@ -528,8 +535,9 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
 /* The budget allows a whole group for ctx now.  When it refuses, the context's next chunks do
    not ask again at once (each ask reads the clock; asked by every chunk of mixed's two undecided
    contexts, about 1% of its run). */
-static bool group_budget(int ctx) {
-  if ((NW.monitor_all || _ca_clock_ms() >= _ca_nw_retry_ms(ctx)) && within_budget(_ca_monitor_group_pages(), _ca_nw_budget_halves(ctx, true)))
+static bool group_budget(int ctx, size_t n) {
+  if ((NW.monitor_all || _ca_clock_ms() >= _ca_nw_retry_ms(ctx)) &&
+      within_budget(_ca_monitor_group_pages(member_stride(n)), _ca_nw_budget_halves(ctx, true)))
     return true;
   atomic_store_explicit(&NW.ctx[ctx].countdown, BUDGET_SKIP, ca_relaxed);
   return false;
@@ -538,10 +546,10 @@ static bool group_budget(int ctx) {
 /* A context's sampled small chunk joins its group: always while the group is on (members must
    be dense for their footprint to be seen), else when the context is due and the budget allows
    a whole group */
-static bool group_due(int ctx, bool join) {
+static bool group_due(int ctx, bool join, size_t n) {
   if (join) return true;
   if (!(NW.monitor_all || _ca_nw_should_monitor(ctx)) || atomic_load_explicit(&NW.ctx[ctx].inflight, ca_relaxed) != 0) return false;
-  return group_budget(ctx);
+  return group_budget(ctx, n);
 }
 
 /* A group's end: with a verdict, it counts as one monitored chunk of its context.  Without one,
@@ -598,7 +606,7 @@ static ca_noinline void* place_rare(int ctx, size_t n, bool zero, ca_mapping_t m
       monitor_ready();
       p = place_monitored(ctx, n, zero, m, flavour);
     }
-  } else if (monitor && (c->group_on || (atomic_load_explicit(&c->inflight, ca_relaxed) == 0 && group_budget(ctx)))) {
+  } else if (monitor && (c->group_on || (atomic_load_explicit(&c->inflight, ca_relaxed) == 0 && group_budget(ctx, n)))) {
     monitor_ready();
     p = place_member(ctx, n, zero, m, flavour);
   }
@@ -644,7 +652,7 @@ static void* sample(size_t n, const void* frame, const void* ret) {
     bool join = c->group_on;
     _ca_unlock(&NW.lock);
     if (reroute) update_routes();
-    if (!_ca_nw_context_info(ctx)->in_libc && group_due(ctx, join)) {
+    if (!_ca_nw_context_info(ctx)->in_libc && group_due(ctx, join, n)) {
       monitor_ready();
       p = place_member(ctx, n, false, _ca_nw_predict(ctx), 0);
     }

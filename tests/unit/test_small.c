@@ -225,10 +225,10 @@ static void test_ordinary_last(void) {
 }
 
 /* ---- the monitor's groups ----------------------------------------------------------------- */
-static _Atomic(int) got[5];
-static ca_monitor_result_t result[5];
+static _Atomic(int) got[6];
+static ca_monitor_result_t result[6];
 static void on_verdict(void* chunk, size_t n, uint64_t cookie, const ca_monitor_result_t* r) {
-  if (chunk != NULL || cookie < 1 || cookie > 4) return;
+  if (chunk != NULL || cookie < 1 || cookie > 5) return;
   result[cookie] = *r;
   atomic_store(&got[cookie], 1);
 }
@@ -295,6 +295,34 @@ static void test_groups(void) {
   }
   (void)(wait_verdict(4) || wait_verdict(4));              /* gone members count for GONE_MS (1 s) */
   CHECK(!result[4].polluter && result[4].misses == 0);
+  /* small members: each stands for L2 / 64 (16 KiB chunks, every one a member), so the L2's
+     worth is 64 members before any is warm (a group of 64 in all judged nothing); the cold ones
+     written and freed in turn, then warm ones each read twice, soon after it was written */
+  for (int attempt = 0; attempt < 4 && !atomic_load(&got[5]); attempt++) {
+    for (int i = 0; i < 64; i++) {
+      volatile char* b = _ca_malloc_page();
+      CHECK(b != NULL && _ca_monitor_start_member((void*)b, 5, l2_bytes() / 64, true));
+      memset((void*)b, i, 2048);
+      _ca_monitor_stop((void*)b);
+      free((void*)b);
+    }
+    for (int i = 0; i < REUSED; i++) {
+      m[i] = _ca_malloc_page();
+      CHECK(m[i] != NULL && _ca_monitor_start_member((void*)m[i], 5, l2_bytes() / 64, true));
+    }
+    for (int i = 0; i < REUSED; i++) memset((void*)m[i], i, 2048);
+    sleep_ms(2);
+    for (int i = 0; i < REUSED; i++) {
+      sum += m[i][5]; sleep_ms(1);
+      sum += m[i][6]; sleep_ms(1);
+    }
+    wait_verdict(5);
+    for (int i = 0; i < REUSED; i++) { _ca_monitor_stop((void*)m[i]); free((void*)m[i]); }
+    (void)(result[5].judged || wait_verdict(5) || wait_verdict(5));
+    if (!result[5].judged) atomic_store(&got[5], 0);
+  }
+  CHECK(atomic_load(&got[5]) && result[5].judged && !result[5].polluter);
+  CHECK(result[5].hits >= 4 && result[5].misses == 0);
   /* members of any size: 12 chunks of L2 / 4 (their first pages) streamed, one L2 of them
      warm: polluter */
   static char* big[12];
@@ -309,8 +337,9 @@ static void test_groups(void) {
   CHECK(result[3].judged && result[3].polluter);
   for (int i = 0; i < 12; i++) free(big[i]);
   fprintf(stderr, "groups: streamed %u hits %u misses, reused %u hits %u misses, recycled %u misses (judged %d), "
-          "large members %u hits %u misses (sum %ld)\n", result[1].hits, result[1].misses, result[2].hits,
-          result[2].misses, result[4].misses, result[4].judged, result[3].hits, result[3].misses, sum);
+          "16 KiB members %u hits %u misses, large members %u hits %u misses (sum %ld)\n", result[1].hits,
+          result[1].misses, result[2].hits, result[2].misses, result[4].misses, result[4].judged, result[5].hits,
+          result[5].misses, result[3].hits, result[3].misses, sum);
 }
 
 /* ---- NightWatch end to end ---------------------------------------------------------------- */
