@@ -156,8 +156,10 @@ typedef struct mchunk_s {
    mark footprint, and only members that join after them are judged (a group started late in a
    pass over 3 MiB of messages saw a few of them and judged every pair a hit), and once it has
    turned a chunk of its context away (full, or no room), a pair whose first reference came
-   before that is judged only when it is a miss: the footprint it sees is a lower bound.  When
-   a group is full, its oldest gone member makes room. */
+   before that is judged only when it is a miss: the footprint it sees is a lower bound.  A
+   group takes the L2's worth of members and GROUP_WARM warm ones after them (at most
+   GROUP_LIMIT in all); when it holds GROUP_MEMBERS, or the monitor has no slot left, its own
+   oldest gone member makes room. */
 typedef struct mgroup_s {
   int       state;         /* CH_FREE, CH_ACTIVE, CH_VERDICT */
   uint64_t  cookie;
