@@ -66,6 +66,7 @@ static struct {
   uint64_t          live_rules, live_unusable;   /* rules measured; of them, colours not testable */
   bool              live_ok;                     /* the batch's controls passed */
   uint64_t          live_control_fails, live_backoff_ms, live_wait_until_ms;
+  uint64_t          live_no_in, live_no_out;         /* batches without an in / out control (no stock) */
   char              reason[160];
 } L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1 };
 
@@ -444,6 +445,8 @@ static bool live_controls_pass(int id, uint64_t m) {
     if (i != id && L.sets[i].used && (L.sets[i].mask & m) == 0) other = i;
   void* in = pool_take(id, &rng);
   void* out[2] = { other ? pool_take(other, &rng) : NULL, other ? pool_take(other, &rng) : NULL };
+  L.live_no_in += in == NULL;
+  L.live_no_out += out[0] == NULL;
   bool pass = _ca_colour_live_controls(&L.probe.base, &L.map, m, L.live, &in, 1, out, 2);
   if (in) pool_put(id, in);
   for (int k = 0; k < 2; k++) if (out[k]) pool_put(other, out[k]);
@@ -1000,6 +1003,8 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"live_rules\":"); ca_buf_u64(b, L.live_rules);
   ca_buf_str(b, ",\"live_rules_unusable\":"); ca_buf_u64(b, L.live_unusable);
   ca_buf_str(b, ",\"live_control_fails\":"); ca_buf_u64(b, L.live_control_fails);
+  ca_buf_str(b, ",\"live_controls_without_in\":"); ca_buf_u64(b, L.live_no_in);
+  ca_buf_str(b, ",\"live_controls_without_out\":"); ca_buf_u64(b, L.live_no_out);
   ca_buf_str(b, ",\"suspicions\":"); ca_buf_u64(b, L.suspicions);
   ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
   ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);
