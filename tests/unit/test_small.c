@@ -243,6 +243,23 @@ static bool wait_verdict(int cookie) {
   return atomic_load(&got[cookie]);
 }
 
+/* n members of group `cookie` written, then those from `warm` on each read twice in a row,
+   soon after it was written (pairs of reuse); the members stay live */
+static long reuse(volatile char** m, int n, uint64_t cookie, size_t stride, int warm) {
+  long sum = 0;
+  for (int i = 0; i < n; i++) {
+    m[i] = _ca_malloc_page();
+    CHECK(m[i] != NULL && _ca_monitor_start_member((void*)m[i], cookie, stride, true));
+  }
+  for (int i = 0; i < n; i++) memset((void*)m[i], i, 2048);
+  sleep_ms(2);
+  for (int i = warm; i < n; i++) {
+    sum += m[i][5]; sleep_ms(1);
+    sum += m[i][6]; sleep_ms(1);
+  }
+  return sum;
+}
+
 #define MEMBERS 40
 static void test_groups(void) {
   _ca_monitor_init(on_verdict);
@@ -265,17 +282,8 @@ static void test_groups(void) {
      expires after 50 ms; on a loaded machine the group may end with too few pairs: again) */
   enum { REUSED = 24 };
   for (int attempt = 0; attempt < 4 && !atomic_load(&got[2]); attempt++) {
-    for (int i = 0; i < REUSED; i++) {
-      m[i] = _ca_malloc_page();
-      CHECK(m[i] != NULL && _ca_monitor_start_member((void*)m[i], 2, stride, true));
-    }
+    sum += reuse(m, REUSED, 2, stride, 16);
     if (attempt == 0) CHECK(!_ca_monitor_start_member((void*)m[0] + 4096, 3, stride, false));   /* no group 3 to join */
-    for (int i = 0; i < REUSED; i++) memset((void*)m[i], i, 2048);
-    sleep_ms(2);
-    for (int i = 16; i < REUSED; i++) {
-      sum += m[i][5]; sleep_ms(1);
-      sum += m[i][6]; sleep_ms(1);
-    }
     wait_verdict(2);
     for (int i = 0; i < REUSED; i++) free((void*)m[i]);
     if (!result[2].judged) atomic_store(&got[2], 0);
@@ -306,16 +314,7 @@ static void test_groups(void) {
       _ca_monitor_stop((void*)b);
       free((void*)b);
     }
-    for (int i = 0; i < REUSED; i++) {
-      m[i] = _ca_malloc_page();
-      CHECK(m[i] != NULL && _ca_monitor_start_member((void*)m[i], 5, l2_bytes() / 64, true));
-    }
-    for (int i = 0; i < REUSED; i++) memset((void*)m[i], i, 2048);
-    sleep_ms(2);
-    for (int i = 0; i < REUSED; i++) {
-      sum += m[i][5]; sleep_ms(1);
-      sum += m[i][6]; sleep_ms(1);
-    }
+    sum += reuse(m, REUSED, 5, l2_bytes() / 64, 0);
     wait_verdict(5);
     for (int i = 0; i < REUSED; i++) { _ca_monitor_stop((void*)m[i]); free((void*)m[i]); }
     (void)(result[5].judged || wait_verdict(5) || wait_verdict(5));
