@@ -478,11 +478,6 @@ static void update_routes(void) {
   }
 }
 
-/* A member of its context's group in the monitor; NULL when the group has no room (the core
-   allocates the chunk as usual).  A sampled small chunk (n below a page) gets a page of its
-   own inside a block of an ordinary span (_ca_malloc_page), so no mapping is made for it; a
-   chunk of a page or more gets pages of its own (a large object, of its predicted flavour) and
-   is a member by its first page. */
 /* What a member of n bytes stands for: a small chunk, or a chunk below the sampling period, the
    period's bytes of its context's allocations (one is sampled per period); with every chunk
    monitored, every one joins and stands for itself. */
@@ -491,6 +486,11 @@ static size_t member_stride(size_t n) {
   return n < CA_OS_PAGE ? period : NW.monitor_all || n >= period ? n : period;
 }
 
+/* A member of its context's group in the monitor; NULL when the group has no room (the core
+   allocates the chunk as usual).  A sampled small chunk (n below a page) gets a page of its
+   own inside a block of an ordinary span (_ca_malloc_page), so no mapping is made for it; a
+   chunk of a page or more gets pages of its own (a large object, of its predicted flavour) and
+   is a member by its first page. */
 static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t flavour) {
   uint64_t t0 = _ca_clock_ns(), cookie = GROUP_COOKIE | (uint64_t)ctx;
   size_t stride = member_stride(n);
