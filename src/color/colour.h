@@ -193,6 +193,7 @@ typedef struct ca_protect_ops_s {
   int (*move)(void* page, int from, int to);   /* 1: moved to set to (the old frame, of set from,
                                                   pooled), 0: not now, -1: never (cap) */
   bool (*resident)(const void* page);          /* the program has touched it (NULL: assume so) */
+  uint32_t (*share_pm)(int id);                /* set id's share of the colours, per mille (NULL: unknown) */
 } ca_protect_ops_t;
 
 void   _ca_protect_init(size_t max_bytes, size_t budget_pages);  /* ranges up to max_bytes, pages */

@@ -494,7 +494,13 @@ static bool page_resident(const void* page) {
   return mincore((void*)page, CA_OS_PAGE, &v) == 0 && (v & 1);
 }
 
-static const ca_protect_ops_t protect_ops = { colour_in_set, colour_move_to, page_resident };
+/* What protection expects of a pass: set id's share of the colours, per mille. */
+static uint32_t colour_share(int id) {
+  uint64_t m = live_mask(id);
+  return m && L.map.ncolours ? (uint32_t)__builtin_popcountll(m) * 1000u / L.map.ncolours : 0;
+}
+
+static const ca_protect_ops_t protect_ops = { colour_in_set, colour_move_to, page_resident, colour_share };
 
 #define REJECTED_MAX  16384                  /* rejected frames held back at most (64 MiB; at
                                                 8 MiB the kernel handed the same frames back:

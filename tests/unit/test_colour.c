@@ -398,6 +398,7 @@ static void test_find(void) {
 static uint8_t p_checked[1024], p_moved[1024], p_rechecked[1024];
 static uint8_t p_bad[1024];                       /* moves of page i that land in the set again */
 static int p_move_answer = 1, p_in_answer = 1;
+static int p_blind;                               /* in_set reads every page as out */
 static _Atomic(int) p_slow;                       /* in_set sleeps this many ms */
 static _Atomic(int) p_inside;
 
@@ -414,6 +415,7 @@ static int fake_in_set(const void* page, int id) {
   if (ms) { struct timespec t = { 0, ms * 1000000L }; nanosleep(&t, NULL); }
   atomic_store(&p_inside, 0);
   if (p_in_answer < 0) return -1;
+  if (p_blind) return 0;
   size_t i = p_index(page);
   if (p_moved[i] > 0) {                           /* where a move landed */
     p_rechecked[i]++;
@@ -429,9 +431,10 @@ static int fake_move(void* page, int from, int to) {
   return p_move_answer;
 }
 static bool fake_resident(const void* page) { return !p_fake(page) || p_index(page) != 11; }   /* never touched */
-static const ca_protect_ops_t fake_ops = { fake_in_set, fake_move, fake_resident };
+static uint32_t fake_share(int id) { return id == 1 ? 125 : 0; }   /* 1/8, as p_in */
+static const ca_protect_ops_t fake_ops = { fake_in_set, fake_move, fake_resident, fake_share };
 static void* pg(size_t i) { return (void*)(PBASE + i * 4096); }
-static void sleep_ms(int ms) { struct timespec t = { 0, ms * 1000000L }; nanosleep(&t, NULL); }
+static void sleep_ms(int ms) { struct timespec t = { ms / 1000, ms % 1000 * 1000000L }; nanosleep(&t, NULL); }
 
 static void* remover(void* key) {
   while (!atomic_load(&p_inside)) {}
@@ -498,6 +501,31 @@ static void test_protect(void) {
   atomic_store(&p_slow, 0);
   CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
   CHECK_EQ(p_checked[200] + p_checked[201] + p_checked[202] + p_checked[203], 1);
+  /* a pass that finds under half the set's share (here none of 128 touched pages) is made
+     again a second later, over every range (A and C too); one that finds its share is not */
+  _ca_protect_init(64 * 4096, _ca_protect_pages() + 128);
+  _ca_protect_add(pg(600), pg(600), 64 * 4096);
+  _ca_protect_add(pg(664), pg(664), 64 * 4096);
+  sleep_ms(25);
+  p_blind = 1;
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
+  p_blind = 0;
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);         /* not yet */
+  for (size_t i = 600; i < 728; i++) CHECK_EQ(p_checked[i] + p_moved[i], 0);
+  sleep_ms(1100);
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);
+  for (size_t i = 600; i < 728; i++) {
+    CHECK_EQ(p_checked[i], 1);
+    CHECK_EQ(p_moved[i], p_in(pg(i)) ? 1 : 0);
+  }
+  sleep_ms(1100);
+  CHECK_EQ(_ca_protect_work(&fake_ops, 100000), 0);         /* 1 page in 8 found: no third pass */
+  for (size_t i = 600; i < 728; i++) CHECK_EQ(p_checked[i], 1);
+  b = ca_buf(json, sizeof json);
+  _ca_protect_stats_json(&b);
+  CHECK(strstr(json, "\"passes_again\":1,") != NULL);
+  _ca_protect_remove(pg(600));
+  _ca_protect_remove(pg(664));
   _ca_protect_init(64 * 4096, own + 64 + 32 + 15);
   /* the move cap stops protection for good */
   _ca_protect_add(pg(240), pg(240), 8 * 4096);             /* B's room: 64 + 15 + 8 pages now */
