@@ -174,9 +174,11 @@ int   _ca_colour_in_set(const void* p, int id);   /* protection's live test (1, 
 void* _ca_colour_take_page(int id);
 void  _ca_colour_note_recolour(uint64_t ns);
 void* _ca_colour_slot(void);                /* a parking address for a page whose frame is kept */
-void  _ca_colour_keep_frame(int id, void* slot);   /* parked page -> set id's pool (id 0: slot unused) */
+void  _ca_colour_keep_frame(int id, void* slot, bool test);   /* parked page -> set id's pool, re-tested first
+                                                              if `test` (id 0: slot unused) */
 void  _ca_colour_stats_json(ca_buf_t* b);
-long  _ca_recolour(void* p, size_t len, int id, int keep);   /* keep: set whose pool takes the old frames (0: none) */
+long  _ca_recolour(void* p, size_t len, int id, int keep, bool test);   /* keep: set whose pool takes the old
+                                                                        frames (0: none), re-tested if `test` */
 void  _ca_recolour_fork_hold(void);      /* fork: wait for pages in flight, start none */
 void  _ca_recolour_fork_release(void);
 void  _ca_colour_protect_default(void);

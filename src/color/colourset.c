@@ -35,6 +35,8 @@ typedef struct ca_colour_set_s {
   uint64_t      fallback_spans, filled_spans, dropped_pages;
 } ca_colour_set_t;
 
+#define KEPT_MAX 64                  /* old frames waiting for their test (a batch moves 8 pages, */
+                                     /* each up to 1 + REMOVES times) */
 static struct {
   _Atomic(int)      state;       /* ca_colour_state_t */
   ca_lock_t         lock;        /* sets, pools, map (the worker measures without it) */
@@ -52,6 +54,10 @@ static struct {
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped, backoffs;
   uint64_t          frames_kept;     /* recoloured pages' old frames pooled (protection's moves) */
+  uint64_t          frames_rejected; /* ... and those the pool's re-test did not place in the set */
+  void*             kept[KEPT_MAX];  /* old frames waiting for that test (test_kept), */
+  uint8_t           kept_set[KEPT_MAX];   /* ... the set each is for */
+  uint32_t          nkept;
   uint64_t          quiet_ns, classify_ns, held_ns;
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
@@ -238,6 +244,18 @@ static void pool_put(int i, void* page) {
   _ca_unlock(&L.lock);
 }
 
+/* The pool's re-test: is the page (a pool page: its contents are overwritten) of set i?  One
+   strict classification, and a second against all of the mask's colours when the first says no. */
+static bool of_set(int i, void* page) {
+  const ca_colour_set_t* s = &L.sets[i];
+  uint64_t m = s->by_elimination ? ~s->mask : s->mask;
+  int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & known_colours());
+  bool ok = s->by_elimination ? c < 0 : c >= 0;
+  if (!ok) ok = s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
+                                  : _ca_colour_classify(&L.probe.base, &L.map, page, m) >= 0;
+  return ok;
+}
+
 /* Re-test a few pooled pages of each set; drop those no longer of the set. */
 static void verify_sample(uint64_t* rng) {
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {
@@ -245,16 +263,33 @@ static void verify_sample(uint64_t* rng) {
     for (int k = 0; k < 4; k++) {
       void* page = pool_take(i, rng);
       if (page == NULL) break;
-      uint64_t m = s->by_elimination ? ~s->mask : s->mask;
-      int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & known_colours());
-      bool ok = s->by_elimination ? c < 0 : c >= 0;
-      if (!ok) ok = s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
-                                      : _ca_colour_classify(&L.probe.base, &L.map, page, m) >= 0;
+      bool ok = of_set(i, page);
       _ca_lock(&L.lock);
       if (ok) ok = _ca_pool_push(&s->pool, page);
       if (!ok) { _ca_pool_drop(page); s->dropped_pages++; L.verify_drops++; }
       _ca_unlock(&L.lock);
     }
+  }
+}
+
+/* Protection's kept frames (_ca_colour_keep_frame) join their set's pool only if the pool's
+   re-test places them there: the live test that moved them reads another colour's page as of
+   the set at times (a second pass over a victim found 58 of 239 pages in a 1/8 slice), and a
+   pooled frame of another colour would let the polluter confined to the set evict outside it. */
+static void test_kept(void) {
+  for (;;) {
+    _ca_lock(&L.lock);
+    uint32_t n = L.nkept;
+    void* page = n ? L.kept[n - 1] : NULL;
+    int id = n ? L.kept_set[n - 1] : 0;
+    L.nkept = n ? n - 1 : 0;
+    _ca_unlock(&L.lock);
+    if (page == NULL) return;
+    bool ok = L.sets[id].used && of_set(id, page);
+    _ca_lock(&L.lock);
+    if (ok && _ca_pool_push(&L.sets[id].pool, page)) { L.sets[id].pool.returned++; L.frames_kept++; }
+    else { _ca_pool_drop(page); L.frames_rejected += !ok; }
+    _ca_unlock(&L.lock);
   }
 }
 
@@ -481,10 +516,11 @@ static int colour_in_set(const void* page, int id) {
 }
 
 /* Protection's move: the live page to a pooled page of set `to`; its old frame, which the
-   live test has just found to be of set `from`, stocks that set's pool. */
+   live test has just found to be of set `from`, stocks that set's pool if the pool's re-test
+   agrees (test_kept). */
 static int colour_move_to(void* page, int from, int to) {
   if (_ca_pool_moved() >= _ca_pool_moved_limit()) return -1;
-  return _ca_recolour(page, CA_OS_PAGE, to, from) == 1;
+  return _ca_recolour(page, CA_OS_PAGE, to, from, true) == 1;
 }
 
 /* mincore: a page never touched has no frame yet (reading it to time it would map the shared
@@ -583,6 +619,7 @@ static size_t protect_some(size_t pages) {
     L.live_batch++;
     size_t before = pending;
     pending = _ca_protect_work(&protect_ops, 8);
+    test_kept();
     if (pending == 0 || pending == before) break;     /* all done, or nothing due / no stock */
   }
   return pending;
@@ -720,6 +757,7 @@ static void* worker_main(void* arg) {
     backoff_ms = _ca_colour_backoff(backoff_ms, slow || suspect);
     if (_ca_clock_ms() - last_verify > 2000) { verify_sample(&rng); last_verify = _ca_clock_ms(); }
     size_t pending = protect_some(256);
+    test_kept();
     /* sleep until a pool runs low or a set is added (briefly while ranges wait) */
     pthread_mutex_lock(&L.wake_lock);
     if ((!pools_short(gen) || backoff_ms > 0) && !replan(gen)) wait_wake(backoff_ms > 0 ? backoff_ms : pending ? 20 : 2000);
@@ -962,12 +1000,14 @@ void* _ca_colour_slot(void) {
 }
 
 /* A recoloured page's old frame, parked at slot, is of set id: it joins that set's pool (made
-   writable again: it was parked read-only), or the slot is given back unused (id 0). */
-void _ca_colour_keep_frame(int id, void* slot) {
+   writable again: it was parked read-only), after the pool's re-test if `test` (test_kept), or
+   the slot is given back unused (id 0). */
+void _ca_colour_keep_frame(int id, void* slot, bool test) {
   bool writable = id > 0 && _ca_syscall6(SYS_mprotect, (long)slot, CA_OS_PAGE, PROT_READ | PROT_WRITE, 0, 0, 0) == 0;
   _ca_lock(&L.lock);
   if (!writable) _ca_pool_unslot(slot);
-  else if (_ca_pool_push(&L.sets[id].pool, slot)) { L.sets[id].pool.returned++; L.frames_kept++; }
+  else if (test && L.nkept < KEPT_MAX) { L.kept[L.nkept] = slot; L.kept_set[L.nkept++] = (uint8_t)id; }
+  else if (!test && _ca_pool_push(&L.sets[id].pool, slot)) { L.sets[id].pool.returned++; L.frames_kept++; }
   else _ca_pool_drop(slot);
   _ca_unlock(&L.lock);
 }
@@ -1016,6 +1056,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"passes\":"); ca_buf_u64(b, (uint64_t)L.probe.passes);
   ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
   ca_buf_str(b, ",\"frames_kept\":"); ca_buf_u64(b, L.frames_kept);
+  ca_buf_str(b, ",\"frames_rejected\":"); ca_buf_u64(b, L.frames_rejected);
   ca_buf_str(b, ",\"live_rules\":"); ca_buf_u64(b, L.live_rules);
   ca_buf_str(b, ",\"live_rules_unusable\":"); ca_buf_u64(b, L.live_unusable);
   ca_buf_str(b, ",\"live_control_fails\":"); ca_buf_u64(b, L.live_control_fails);

@@ -3,8 +3,9 @@
    page is moved over the old one with mremap (atomically: there is no moment the address is
    unmapped).  A thread that writes meanwhile faults; the fault handler (trap.c) sees the page
    is being recoloured and waits until it is done, then the write is retried on the new frame.
-   The old frame is released, unless the caller knows its colour set (protection has just
-   measured it): then it is first moved aside to a pool slot and joins that set's pool, and the
+   The old frame is released, unless the caller knows its colour set (a coloured chunk's, or
+   protection has just measured it): then it is first moved aside to a pool slot and joins that
+   set's pool (protection's after the pool's re-test: `test`), and the
    address is unmapped between the two moves, which a thread touching it meanwhile sees as a
    fault the handler waits out like the others.
 
@@ -52,11 +53,11 @@ static bool protect(void* page, int prot) { return _ca_syscall6(SYS_mprotect, (l
 
 /* Move the page's frame to a slot (kept for set keep) and fresh's frame into its place; false
    (the page as it was, the slot given back) when a move fails. */
-static bool swap_in(void* fresh, void* page, int keep) {
+static bool swap_in(void* fresh, void* page, int keep, bool test) {
   void* slot = keep > 0 ? _ca_colour_slot() : NULL;
-  if (slot != NULL && !_ca_os_move(page, slot, CA_OS_PAGE)) { _ca_colour_keep_frame(0, slot); slot = NULL; }
+  if (slot != NULL && !_ca_os_move(page, slot, CA_OS_PAGE)) { _ca_colour_keep_frame(0, slot, false); slot = NULL; }
   if (_ca_os_move(fresh, page, CA_OS_PAGE)) {
-    if (slot != NULL) _ca_colour_keep_frame(keep, slot);
+    if (slot != NULL) _ca_colour_keep_frame(keep, slot, test);
     return true;
   }
   if (slot != NULL && !_ca_os_move(slot, page, CA_OS_PAGE)) {
@@ -68,7 +69,7 @@ static bool swap_in(void* fresh, void* page, int keep) {
       protect(page, PROT_READ);
     }
   }
-  if (slot != NULL) _ca_colour_keep_frame(0, slot);
+  if (slot != NULL) _ca_colour_keep_frame(0, slot, false);
   return false;
 }
 
@@ -80,7 +81,7 @@ void _ca_recolour_fork_hold(void) {
 
 void _ca_recolour_fork_release(void) { atomic_store(&forking, false); }
 
-long _ca_recolour(void* p, size_t len, int id, int keep) {
+long _ca_recolour(void* p, size_t len, int id, int keep, bool test) {
   static _Atomic(bool) registered;
   if (!atomic_exchange(&registered, true)) _ca_trap_register(on_fault);
   uint8_t* first = (uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
@@ -105,7 +106,7 @@ long _ca_recolour(void* p, size_t len, int id, int keep) {
     bool ok = protect(page, PROT_READ);
     if (ok) {
       memcpy(fresh, page, CA_OS_PAGE);
-      ok = swap_in(fresh, page, keep);
+      ok = swap_in(fresh, page, keep, test);
       if (!ok) { protect(page, PROT_READ | PROT_WRITE); _ca_pool_drop(fresh); }
     } else {
       _ca_pool_drop(fresh);

@@ -422,7 +422,7 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
   int id = target == CA_MAP_RESTRICTIVE ? restrictive_flavour() : (NW.open_id == 0 ? (NW.open_id = _ca_colour_set(1, 8, 8)) : NW.open_id);
   ca_segment_t* seg = _ca_segment_of(p);
   /* a coloured chunk's old frames are of its flavour's set: that pool takes them */
-  if (id > 0 && seg != NULL && seg->large_ptr == p && _ca_recolour(p, n, id, seg->flavour) > 0) {
+  if (id > 0 && seg != NULL && seg->large_ptr == p && _ca_recolour(p, n, id, seg->flavour, false) > 0) {
     /* pages now of the target set: its pool takes them back when the chunk is freed, but
        only if the whole chunk moved; a partly moved chunk goes back as ordinary memory */
     seg->flavour = 0;
