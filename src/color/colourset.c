@@ -35,8 +35,6 @@ typedef struct ca_colour_set_s {
   uint64_t      fallback_spans, filled_spans, dropped_pages;
 } ca_colour_set_t;
 
-#define KEPT_MAX 64                  /* old frames waiting for their test (a batch moves 8 pages, */
-                                     /* each up to 1 + REMOVES times) */
 static struct {
   _Atomic(int)      state;       /* ca_colour_state_t */
   ca_lock_t         lock;        /* sets, pools, map (the worker measures without it) */
@@ -54,10 +52,6 @@ static struct {
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped, backoffs;
   uint64_t          frames_kept;     /* recoloured pages' old frames pooled (protection's moves) */
-  uint64_t          frames_rejected; /* ... and those the pool's re-test did not place in the set */
-  void*             kept[KEPT_MAX];  /* old frames waiting for that test (test_kept), */
-  uint8_t           kept_set[KEPT_MAX];   /* ... the set each is for */
-  uint32_t          nkept;
   uint64_t          quiet_ns, classify_ns, held_ns;
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
@@ -276,19 +270,27 @@ static void verify_sample(uint64_t* rng) {
    re-test places them there: the live test that moved them reads another colour's page as of
    the set at times (a second pass over a victim found 58 of 239 pages in a 1/8 slice), and a
    pooled frame of another colour would let the polluter confined to the set evict outside it. */
+#define KEPT_MAX 64                  /* a batch moves 8 pages, each up to 1 + REMOVES times */
+static struct {
+  void*    page[KEPT_MAX];           /* old frames waiting for the test (L.lock), */
+  uint8_t  set[KEPT_MAX];            /* ... the set each is for */
+  uint32_t n;
+  uint64_t rejected;                 /* frames the test did not place in their set */
+} K;
+
 static void test_kept(void) {
   for (;;) {
     _ca_lock(&L.lock);
-    uint32_t n = L.nkept;
-    void* page = n ? L.kept[n - 1] : NULL;
-    int id = n ? L.kept_set[n - 1] : 0;
-    L.nkept = n ? n - 1 : 0;
+    uint32_t n = K.n;
+    void* page = n ? K.page[n - 1] : NULL;
+    int id = n ? K.set[n - 1] : 0;
+    K.n = n ? n - 1 : 0;
     _ca_unlock(&L.lock);
     if (page == NULL) return;
     bool ok = L.sets[id].used && of_set(id, page);
     _ca_lock(&L.lock);
     if (ok && _ca_pool_push(&L.sets[id].pool, page)) { L.sets[id].pool.returned++; L.frames_kept++; }
-    else { _ca_pool_drop(page); L.frames_rejected += !ok; }
+    else { _ca_pool_drop(page); K.rejected += !ok; }
     _ca_unlock(&L.lock);
   }
 }
@@ -1006,7 +1008,7 @@ void _ca_colour_keep_frame(int id, void* slot, bool test) {
   bool writable = id > 0 && _ca_syscall6(SYS_mprotect, (long)slot, CA_OS_PAGE, PROT_READ | PROT_WRITE, 0, 0, 0) == 0;
   _ca_lock(&L.lock);
   if (!writable) _ca_pool_unslot(slot);
-  else if (test && L.nkept < KEPT_MAX) { L.kept[L.nkept] = slot; L.kept_set[L.nkept++] = (uint8_t)id; }
+  else if (test && K.n < KEPT_MAX) { K.page[K.n] = slot; K.set[K.n++] = (uint8_t)id; }
   else if (!test && _ca_pool_push(&L.sets[id].pool, slot)) { L.sets[id].pool.returned++; L.frames_kept++; }
   else _ca_pool_drop(slot);
   _ca_unlock(&L.lock);
@@ -1056,7 +1058,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"passes\":"); ca_buf_u64(b, (uint64_t)L.probe.passes);
   ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
   ca_buf_str(b, ",\"frames_kept\":"); ca_buf_u64(b, L.frames_kept);
-  ca_buf_str(b, ",\"frames_rejected\":"); ca_buf_u64(b, L.frames_rejected);
+  ca_buf_str(b, ",\"frames_rejected\":"); ca_buf_u64(b, K.rejected);
   ca_buf_str(b, ",\"live_rules\":"); ca_buf_u64(b, L.live_rules);
   ca_buf_str(b, ",\"live_rules_unusable\":"); ca_buf_u64(b, L.live_unusable);
   ca_buf_str(b, ",\"live_control_fails\":"); ca_buf_u64(b, L.live_control_fails);
