@@ -374,6 +374,8 @@ def colour_state(c):
             "protect_touched": (prot["pages_checked"] - prot["pages_untouched"]
                                 if "pages_checked" in prot and "pages_untouched" in prot else None),
             "protect_in_set": prot.get("pages_in_set"), "protect_passes_again": prot.get("passes_again"),
+            # old frames of moved pages: pooled, or given back by the pool's re-test
+            "frames_kept": c.get("frames_kept"), "frames_rejected": c.get("frames_rejected"),
             # the worker's start-up (ms; ready 0: not ready by the end), to tell a late run's cause
             "probe_ms": c.get("probe_ms"), "discover_ms": c.get("discover_ms"),
             "estimate_ms": c.get("estimate_ms"), "ready_ms": c.get("ready_ms"),
@@ -892,6 +894,7 @@ def write_csv(path, runs):
             "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
             "restrictive_spans_coloured", "restrictive_spans_ordinary", "protect_pages_checked",
             "protect_pages_moved", "protect_pages_touched", "protect_pages_in_set", "protect_passes_again",
+            "colours_frames_kept", "colours_frames_rejected",
             "colours_probe_ms", "colours_discover_ms", "colours_estimate_ms",
             "colours_ready_ms", "colours_set_rebuilds", "acted_frame", "victim_ns_after_acting", "error"]
     with open(path, "w", newline="") as f:
@@ -911,7 +914,7 @@ def write_csv(path, runs):
                         (r.colours or {}).get("state", ""), (r.colours or {}).get("spans_filled", ""),
                         (r.colours or {}).get("spans_ordinary", ""), (r.colours or {}).get("protect_checked", ""),
                         *[(r.colours or {}).get(k, "") for k in ("protect_moved", "protect_touched", "protect_in_set",
-                                                                 "protect_passes_again", "probe_ms", "discover_ms", "estimate_ms",
+                                                                 "protect_passes_again", "frames_kept", "frames_rejected", "probe_ms", "discover_ms", "estimate_ms",
                                                                  "ready_ms", "set_rebuilds")],
                         "" if not r.acted or r.acted.get("acted_frame") is None else r.acted["acted_frame"],
                         fmt((r.acted or {}).get("victim_ns_after"), ".4f", ""), r.error])
