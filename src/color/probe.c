@@ -43,15 +43,34 @@ double _ca_ticks_per_us(void) {
   return cached;
 }
 
+/* The two loops a test runs are placed at the start of a 64-byte line, whatever the code around
+   them: where the compiler put them decided whether discovery worked.  A build whose touch loop
+   straddled a line boundary (eb5c4a1: 12 bytes, 8 of them before it) finished discovering the
+   colours in 13 of 40 processes, against 37 of 40 for one whose loop did not, interleaved; the
+   same build with the loop aligned, 8 of 8.  The loop ran no slower (16-512 pages, same median);
+   why the placement matters is not known. */
 static void* chase(void* r) {
   void* p = (uint8_t*)r + line_order[0] * 64;
+#if defined(__x86_64__)
+  long n = LINES_PER_PAGE;
+  __asm__ volatile(".p2align 6\n1:\tmov (%0), %0\n\tdec %1\n\tjnz 1b" : "+r"(p), "+r"(n) : : "memory");
+#else
   for (int i = 0; i < LINES_PER_PAGE; i++) p = *(void* volatile*)p;
+#endif
   return p;
 }
 
 static void touch(const void* page) {
+#if defined(__x86_64__)
+  const uint8_t* q = page;
+  const uint8_t* end = q + LINES_PER_PAGE * 64;
+  uint64_t v;
+  __asm__ volatile(".p2align 6\n1:\tmov (%0), %1\n\tadd $64, %0\n\tcmp %2, %0\n\tjne 1b"
+                   : "+r"(q), "=&r"(v) : "r"(end) : "memory");
+#else
   const volatile uint64_t* q = page;
   for (int l = 0; l < LINES_PER_PAGE; l++) (void)q[l * 8];
+#endif
 }
 
 static void timing_prepare(ca_probe_t* p, void* r) {
