@@ -40,7 +40,8 @@ def main():
                 c = one(os.path.abspath(lib), a.workload, os.path.join(tmp, "s.json"))
                 seen[name].append(c)
                 print(f"round {r + 1} {name}: {c.get('state')} sets {c.get('eviction_sets', '-')} "
-                      f"ready_ms {c.get('ready_ms', '-')}", flush=True)
+                      f"ready_ms {c.get('ready_ms', '-')} start_failures {c.get('start_failures', '-')} "
+                      f"reason {c.get('reason') or '-'}", flush=True)
     for name, runs in seen.items():
         ready = [c["ready_ms"] for c in runs if c.get("state") == "ready"]
         med = f", median ready {statistics.median(ready) / 1000:.1f} s" if ready else ""

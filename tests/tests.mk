@@ -20,7 +20,7 @@ $(TEST_BIN)/%-static: tests/unit/%.c tests/unit/check.h $(AR_LIB)
 
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static)
 # tests of internal interfaces: static link only
-TEST_INTERNAL = hooks colour nightwatch small pmu protect
+TEST_INTERNAL = hooks colour colour_start nightwatch small pmu protect
 TEST_BINS += $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-static)
 
 .PHONY: test-unit

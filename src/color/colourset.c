@@ -68,8 +68,12 @@ static struct {
   bool              live_ok;                     /* the batch's controls passed */
   uint64_t          live_control_fails, live_backoff_ms, live_wait_until_ms;
   uint64_t          live_no_in, live_no_out;         /* batches without an in / out control (no stock) */
+  uint32_t          start_failures;  /* starts that failed for the moment (retry_later) */
+  uint32_t          retry_ms;        /* the first wait before starting again (doubles) */
+  uint32_t          inject_failures; /* tests: starts to fail before measuring */
   char              reason[160];
-} L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1 };
+} L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1,
+        .retry_ms = 1000 };
 
 #define STOCK_CHUNK 512                      /* pages per supply chunk (2 MiB) */
 #define STOCK_MAX   (64 * 256)               /* pages: a set's stock grows to at most 64 MiB */
@@ -309,8 +313,10 @@ static void forget_sets(void) {
   L.map.ncolours = 0;
   L.top_ratio_pct = L.best_ratio_pct = 0;
   _ca_unlock(&L.lock);
-  memset(L.src.colour, -1, L.src.npages);
-  memset(L.src.tested, 0, L.src.npages);
+  if (L.src.npages) {
+    memset(L.src.colour, -1, L.src.npages);
+    memset(L.src.tested, 0, L.src.npages);
+  }
 }
 
 static void drop_sets(void) {
@@ -402,14 +408,19 @@ static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t
   return n < 2 ? 0 : n > c ? n : c;
 }
 
-static bool calibrate_or_load(uint64_t* rng) {
+enum { START_OK, START_RETRY, START_NEVER };
+
+/* START_RETRY: the measurement failed for the moment (why says how); START_NEVER: the layer
+   cannot work here (the state is UNAVAILABLE, with the reason) */
+static int calibrate_or_load(uint64_t* rng, const char** why) {
+  if (L.inject_failures > 0) { L.inject_failures--; *why = "test: a start failed on purpose"; return START_RETRY; }
   ca_calibration_t saved;
   memset(&saved, 0, sizeof saved);
   bool have = _ca_profile_load(&saved);
   if (have && !saved.usable) {
     /* `chromalloc calibrate` found colours uncontrollable on this machine: do not retry here */
     set_state(CA_COLOURS_UNAVAILABLE, saved.reason[0] ? saved.reason : "the machine profile says so");
-    return false;
+    return START_NEVER;
   }
   L.cal = saved;
   L.cal_from_profile = have && saved.method == CA_METHOD_TIMING && saved.colours >= 2;
@@ -417,7 +428,7 @@ static bool calibrate_or_load(uint64_t* rng) {
   const ca_cache_level_t* l2 = NULL;
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) l2 = &_ca_machine.levels[i];
   if (!L.cal_from_profile) {
-    if (l2 == NULL || l2->ways == 0 || l2->ways > CA_WAYS_MAX) { set_state(CA_COLOURS_UNAVAILABLE, "no L2 described by sysfs or cpuid"); return false; }
+    if (l2 == NULL || l2->ways == 0 || l2->ways > CA_WAYS_MAX) { set_state(CA_COLOURS_UNAVAILABLE, "no L2 described by sysfs or cpuid"); return START_NEVER; }
     L.cal.level = 2;
     L.cal.ways = l2->ways;
     L.cal.line = l2->line;
@@ -436,11 +447,8 @@ static bool calibrate_or_load(uint64_t* rng) {
     probe = _ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
   }
   L.probe_ns = _ca_clock_ns() - t0;
-  if (!probe) {
-    set_state(CA_COLOURS_UNAVAILABLE, "timing cannot tell the L2 from what lies beyond it");
-    return false;
-  }
-  if (!_ca_page_source_init(&L.src, 4096)) { set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return false; }
+  if (!probe) { *why = "timing cannot tell the L2 from what lies beyond it"; return START_RETRY; }
+  if (!_ca_page_source_init(&L.src, 4096)) { set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
   L.map.ways = L.cal.ways;
   if (!L.cal_from_profile) {
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
@@ -450,10 +458,44 @@ static bool calibrate_or_load(uint64_t* rng) {
     t0 = _ca_clock_ns();
     L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, level_bytes, rng) : 0;
     L.estimate_ns = _ca_clock_ns() - t0;
-    if (L.cal.colours < L.map.ncolours) { set_state(CA_COLOURS_UNAVAILABLE, "could not measure the colours of the L2"); return false; }
+    if (L.cal.colours < L.map.ncolours) { *why = "could not measure the colours of the L2"; return START_RETRY; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
   }
+  return START_OK;
+}
+
+/* A start that failed for the moment (the host loud for longer than the measurements wait:
+   on the Zen 5 host 1 benchmark process in 12 gave up after 12 s, and pv's settle lasts 20 s)
+   is made again after a wait, 1 s, then doubling: START_TRIES in all, half a minute of
+   waiting and a few seconds of the worker's measuring per try.  Then the layer is
+   unavailable for the process's life.  The state stays CALIBRATING meanwhile, and `reason`
+   says why the last try failed.  False: give up. */
+#define START_TRIES 6
+static bool retry_later(const char* why) {
+  ca_buf_t b = ca_buf(L.reason, sizeof L.reason);
+  ca_buf_str(&b, why);
+  if (++L.start_failures >= START_TRIES) { set_state(CA_COLOURS_UNAVAILABLE, NULL); return false; }
+  uint64_t ms = (uint64_t)L.retry_ms << (L.start_failures - 1);
+  struct timespec t = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+  while (nanosleep(&t, &t) != 0) {}
   return true;
+}
+
+/* calibrate (or load the profile), starting again while a failure is for the moment */
+static bool start(uint64_t* rng) {
+  for (;;) {
+    const char* why = NULL;
+    int r = calibrate_or_load(rng, &why);
+    if (r != START_RETRY) return r == START_OK;
+    forget_sets();
+    _ca_page_source_free(&L.src);
+    if (!retry_later(why)) return false;
+  }
+}
+
+void _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms) {
+  L.inject_failures = n;
+  L.retry_ms = retry_ms;
 }
 
 /* Protection's test of a live page against set id's colours (calibrate.c, "live pages"): the
@@ -641,7 +683,7 @@ static void* worker_main(void* arg) {
   }
   uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
   L.start_ns = _ca_clock_ns();
-  if (!calibrate_or_load(&rng)) return NULL;
+  if (!start(&rng)) return NULL;
   uint64_t last_verify = _ca_clock_ms(), backoff_ms = 0;
   for (;;) {
     /* the colours the registered sets need, and their eviction sets */
@@ -655,11 +697,11 @@ static void* worker_main(void* arg) {
     for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
       _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, NULL);
     if (L.map.ncolours < need) {
-      set_state(CA_COLOURS_UNAVAILABLE, "could not find eviction sets for the colours the sets need");
-      return NULL;
+      if (!retry_later("could not find eviction sets for the colours the sets need")) return NULL;
+      continue;
     }
     if (!L.src.trimmed) _ca_page_source_trim(&L.src);   /* 16 MiB of calibration pages */
-    if (L.ready_ns == 0) L.ready_ns = _ca_clock_ns() - L.start_ns;
+    if (L.ready_ns == 0) { L.ready_ns = _ca_clock_ns() - L.start_ns; L.reason[0] = 0; }
     atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);
     /* stock the pools, a batch at a time, each batch in a quiet window and bracketed by a check
        that the sets still work; a batch measured in a noisy moment is thrown away.  Pages no set
@@ -1043,6 +1085,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"discover_ms\":"); ca_buf_u64(b, L.discover_ns / 1000000);
   ca_buf_str(b, ",\"estimate_ms\":"); ca_buf_u64(b, L.estimate_ns / 1000000);
   ca_buf_str(b, ",\"ready_ms\":"); ca_buf_u64(b, L.ready_ns / 1000000);
+  ca_buf_str(b, ",\"start_failures\":"); ca_buf_u64(b, L.start_failures);
   ca_buf_str(b, ",\"estimated\":"); ca_buf_u64(b, L.estimated);
   ca_buf_str(b, ",\"estimate_chunks\":"); ca_buf_u64(b, L.estimate_chunks);
   ca_buf_str(b, ",\"probe_remeasured\":"); ca_buf_u64(b, L.probe_remeasured);
