@@ -468,8 +468,9 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
    on the Zen 5 host 1 benchmark process in 12 gave up after 12 s, and pv's settle lasts 20 s)
    is made again after a wait, 1 s, then doubling: START_TRIES in all, half a minute of
    waiting and a few seconds of the worker's measuring per try.  Then the layer is
-   unavailable for the process's life.  The state stays CALIBRATING meanwhile, and `reason`
-   says why the last try failed.  False: give up. */
+   unavailable for the process's life.  At the start the state stays CALIBRATING meanwhile
+   (eviction sets that cannot be found again after a drop leave it READY, the spans ordinary
+   memory until they are), and `reason` says why the last try failed.  False: give up. */
 #define START_TRIES 6
 static bool retry_later(const char* why) {
   ca_buf_t b = ca_buf(L.reason, sizeof L.reason);
