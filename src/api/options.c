@@ -65,6 +65,10 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "bytes of a context's allocations, each on pages of its own, judged together "
                              "per context), and serves a size class below a page from restrictive spans "
                              "while its sampled contexts are polluters" },
+  [CA_OPT_NIGHTWATCH_DELAY] = { "nightwatch_delay", 1000, 0, 3600000, NULL,
+                             "NightWatch starts the colour layer (seconds of one CPU's time to find the "
+                             "colours) only once the process has run this many ms: a shorter program never "
+                             "pays for it, and its restrictive chunks until then are ordinary memory" },
 };
 
 long _ca_options[CA_OPT_COUNT];

@@ -99,6 +99,7 @@ typedef enum ca_option_e {
   CA_OPT_NIGHTWATCH_BUDGET,   /* per mille of the run time monitoring may take */
   CA_OPT_NIGHTWATCH_PROTECT,  /* keep open objects out of the restrictive colours */
   CA_OPT_NIGHTWATCH_SMALL,    /* chunks below a page: sampled by context, routed by size class */
+  CA_OPT_NIGHTWATCH_DELAY,    /* ms of run time before NightWatch starts the colour layer */
   CA_OPT_COUNT
 } ca_option_t;
 

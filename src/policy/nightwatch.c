@@ -226,6 +226,9 @@ static void turn_off(const char* why) {
 /* the flavour of restrictive memory (0: ordinary, the colour layer is not there) */
 static uint8_t restrictive_flavour(void) {
   if (NW.restrict_id == 0) {
+    /* not before nightwatch_delay: the colour layer's start costs a CPU for seconds (a 0.5 s
+       program under it took 20% longer), which a program that ends soon never gets back */
+    if (_ca_clock_ns() - NW.start_ns < (uint64_t)_ca_opt(CA_OPT_NIGHTWATCH_DELAY) * 1000000u) return 0;
     int id = _ca_colour_set(0, 1, 8);
     NW.restrict_id = id > 0 ? id : -1;
     if (id <= 0) turn_off("colour layer unavailable (colours=0 or no colour control here)");
