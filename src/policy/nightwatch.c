@@ -68,11 +68,17 @@
 #define EVENTS         96                    /* timeline entries kept (the first ones) */
 
 typedef struct nw_ctx_s {                     /* NightWatch's view of one context (sites.c) */
-  _Atomic(uint64_t) chunks, bytes, restrictive;
+  /* what every chunk of the context reads or counts, in its first cache line: a program that
+     copies a block bigger than the L1 between two chunks (the foundation's mixed) misses on
+     each line of it every time */
+  _Atomic(uint64_t) chunks, bytes;
   _Atomic(int64_t)  countdown;
+  uint64_t          member_bytes;             /* `bytes` when its next chunk of a page or more may join */
   _Atomic(int)      inflight;                 /* its chunks being monitored now */
-  _Atomic(uint64_t) reserved_ns;              /* expected cost of its chunk or group in flight */
   _Atomic(int)      decision;                 /* ca_mapping_t */
+  bool              group_on;                 /* its chunks below the L2 are being monitored as a group */
+  _Atomic(uint64_t) restrictive;
+  _Atomic(uint64_t) reserved_ns;              /* expected cost of its chunk or group in flight */
   /* under NW.lock */
   uint32_t          skip;
   uint8_t           history, nverdicts;
@@ -80,12 +86,10 @@ typedef struct nw_ctx_s {                     /* NightWatch's view of one contex
   uint64_t          monitored, pages, hits, misses, far, unused, interference;
   uint64_t          pred_hits, pred_misses, switches;
   uint64_t          samples;                  /* its small chunks sampled (each ~_ca_sample_period bytes) */
-  bool              group_on;                 /* its chunks below the L2 are being monitored as a group */
-  uint64_t          member_bytes;             /* `bytes` when its next chunk of a page or more may join */
   ca_mapping_t      group_predicted;          /* the prediction when the group started */
   uint32_t          unjudged, unjudged_run;   /* its groups that judged nothing: all, in a row */
   uint64_t          retry_ms;                 /* its next group not before (coarse clock) */
-} nw_ctx_t;
+} __attribute__((aligned(64))) nw_ctx_t;
 
 typedef struct nw_class_s {                   /* the size table of small chunks, per size class */
   int               ctx[CLASS_CTXS];          /* context + 1 (0: none) */
@@ -114,6 +118,8 @@ typedef struct nw_watched_s {                 /* a chunk being monitored */
 
 static struct {
   bool              on, monitor_all, protect;
+  bool              groups;                   /* chunks below the L2 are judged in groups (nightwatch_small) */
+  size_t            judged_min;               /* bytes: smaller chunks are not monitored (the L2) */
   ca_lock_t         lock;                     /* contexts' verdict fields, watched[] */
   nw_ctx_t          ctx[CA_NW_CONTEXTS];
   int               nrestrictive;             /* contexts predicted restrictive now */
@@ -122,9 +128,7 @@ static struct {
   _Atomic(void*)    switching;                /* chunk being recoloured (free waits) */
   int               restrict_id, open_id;     /* colour sets: 0 = not yet, -1 = unavailable */
   bool              monitor_ready;
-  bool              groups;                   /* chunks below the L2 are judged in groups (nightwatch_small) */
   uint64_t          start_ns, budget_pm;
-  size_t            judged_min;               /* bytes: smaller chunks are not monitored (the L2) */
   nw_class_t        classes[CA_CLASS_MAX];    /* under lock */
   _Atomic(uint64_t) small_samples, small_members, medium_members;
   char              off_reason[96];

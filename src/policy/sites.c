@@ -53,7 +53,8 @@ enum { SLOT_LEARNING, SLOT_KNOWN, SLOT_NONE };
 #define AMBIGUOUS   (1ull << 63)
 #define AGREE_SHIFT 52
 
-typedef struct site_s { _Atomic(uintptr_t) ret, caller; _Atomic(uint32_t) v, slot; } site_t;
+/* 32 bytes, so that a site never straddles two cache lines (every chunk reads its site) */
+typedef struct site_s { _Atomic(uintptr_t) ret, caller; _Atomic(uint32_t) v, slot; } __attribute__((aligned(32))) site_t;
 
 static struct {
   ca_lock_t         lock;                     /* creating contexts */
