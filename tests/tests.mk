@@ -70,7 +70,14 @@ test-colour-off: $(TEST_BIN)/test_colour_api-plain
 	CHROMALLOC_PROFILE=$(abspath $(TEST_BIN))/unusable-profile.json LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain disabled 2>&1 \
 	  | tee $(TEST_BIN)/colour-off.log; grep -q "chromalloc: cache colours cannot be controlled here (test: not controllable)" $(TEST_BIN)/colour-off.log
 
-test: test-programs test-install test-docs test-report test-colour-off
+# NightWatch starts the colour layer only after nightwatch_delay: a polluter before it leaves
+# the layer off.
+.PHONY: test-delay
+test-delay: $(TEST_BIN)/test_monitor-plain
+	CHROMALLOC_OPTIONS=nightwatch=1,nightwatch_monitor=1,nightwatch_delay=3600000 LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_monitor-plain delay-off
+	CHROMALLOC_OPTIONS=nightwatch=1,nightwatch_monitor=1,nightwatch_delay=0 LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_monitor-plain delay-on
+
+test: test-programs test-install test-docs test-report test-colour-off test-delay
 
 # The stress tests again under settings that change the slow paths: no segment cache and
 # immediate purging, never purging, and the index-unfriendly layout.

@@ -337,7 +337,38 @@ static void test_fruitless_group(void) {
   CHECK(i < 64);
 }
 
+/* nightwatch_delay: a polluter judged before it does not start the colour layer (a short
+   program never pays for its calibration); with 0, its first restrictive chunk does.  Run as
+   `test_monitor delay-off` with nightwatch_delay=3600000 and `delay-on` with 0 (tests.mk):
+   buffers of 4 MiB from one call site, written and then read in order, until one of them is
+   given restrictive mapping. */
+static volatile unsigned long sink;
+__attribute__((noinline)) static unsigned char* streamed(size_t n) { unsigned char* p = malloc(n); __asm__ volatile("" ::: "memory"); return p; }
+static int test_delay(bool on) {
+  require_chromalloc("test_monitor delay");
+  size_t n = 4u << 20;
+  int i = 0;
+  for (; i < 400 && stats_value("nightwatch", "restrictive") <= 0; i++) {
+    unsigned char* p = streamed(n);
+    CHECK(p != NULL);
+    memset(p, i, n);
+    unsigned long sum = 0;
+    for (size_t k = 0; k < n; k += 64) sum += p[k];
+    sink += sum;
+    free(p);
+  }
+  static char buf[1 << 18];
+  chromalloc_stats_json(buf, sizeof buf);
+  bool off = strstr(buf, "\"colours\":{\"state\":\"off\"") != NULL;
+  fprintf(stderr, "test_monitor delay-%s: %d buffers, %lld restrictive chunks, colour layer %s\n", on ? "on" : "off", i,
+          stats_value("nightwatch", "restrictive"), off ? "not started" : "started");
+  CHECK(stats_value("nightwatch", "restrictive") > 0);
+  CHECK(off != on);
+  return check_done("test_monitor delay");
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && strncmp(argv[1], "delay-", 6) == 0) return test_delay(strcmp(argv[1], "delay-on") == 0);
   const char* opts = getenv("CHROMALLOC_OPTIONS");
   if (chromalloc_version != NULL && (opts == NULL || strstr(opts, "nightwatch_monitor=1") == NULL)) {
     setenv("CHROMALLOC_OPTIONS", "nightwatch=1,nightwatch_monitor=1", 1);
