@@ -68,9 +68,11 @@ static struct {
   bool              live_ok;                     /* the batch's controls passed */
   uint64_t          live_control_fails, live_backoff_ms, live_wait_until_ms;
   uint64_t          live_no_in, live_no_out;         /* batches without an in / out control (no stock) */
-  uint32_t          start_failures;  /* starts that failed for the moment (retry_later) */
+  uint32_t          start_failures;  /* starts that failed for the moment (retry_later), in all */
+  uint32_t          failures_in_row; /* ... since the layer was last ready */
   uint32_t          retry_ms;        /* the first wait before starting again (doubles) */
   uint32_t          inject_failures; /* tests: starts to fail before measuring */
+  _Atomic(uint32_t) inject_drops;    /* tests: once ready, eviction sets to lose and not find */
   char              reason[160];
 } L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1,
         .retry_ms = 1000 };
@@ -466,17 +468,19 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
 
 /* A start that failed for the moment (the host loud for longer than the measurements wait:
    on the Zen 5 host 1 benchmark process in 12 gave up after 12 s, and pv's settle lasts 20 s)
-   is made again after a wait, 1 s, then doubling: START_TRIES in all, half a minute of
+   is made again after a wait, 1 s, then doubling: CA_COLOUR_START_TRIES in a row, half a minute of
    waiting and a few seconds of the worker's measuring per try.  Then the layer is
-   unavailable for the process's life.  At the start the state stays CALIBRATING meanwhile
+   unavailable for the process's life.  Each time the layer is ready again the count starts
+   afresh: a long-lived process whose sets are lost and not found again now and then (a drop
+   on a loud host) would otherwise lose the layer for good after its sixth such moment.  At the start the state stays CALIBRATING meanwhile
    (eviction sets that cannot be found again after a drop leave it READY, the spans ordinary
    memory until they are), and `reason` says why the last try failed.  False: give up. */
-#define START_TRIES 6
 static bool retry_later(const char* why) {
   ca_buf_t b = ca_buf(L.reason, sizeof L.reason);
   ca_buf_str(&b, why);
-  if (++L.start_failures >= START_TRIES) { set_state(CA_COLOURS_UNAVAILABLE, NULL); return false; }
-  uint64_t ms = (uint64_t)L.retry_ms << (L.start_failures - 1);
+  L.start_failures++;
+  if (++L.failures_in_row >= CA_COLOUR_START_TRIES) { set_state(CA_COLOURS_UNAVAILABLE, NULL); return false; }
+  uint64_t ms = (uint64_t)L.retry_ms << (L.failures_in_row - 1);
   struct timespec t = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
   while (nanosleep(&t, &t) != 0) {}
   return true;
@@ -497,6 +501,14 @@ static bool start(uint64_t* rng) {
 void _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms) {
   L.inject_failures = n;
   L.retry_ms = retry_ms;
+}
+
+static void wake_worker(void);
+
+/* tests: the ready worker loses its eviction sets and fails to find them n times */
+void _ca_colour_test_drop_sets(uint32_t n) {
+  atomic_store(&L.inject_drops, n);
+  wake_worker();
 }
 
 /* Protection's test of a live page against set id's colours (calibrate.c, "live pages"): the
@@ -695,12 +707,19 @@ static void* worker_main(void* arg) {
        profile and one set needed, stocking 3 MiB of 1/8 took 26-120 s in 3 runs of 8, against
        1-5 s in the others) */
     if (need < 4 && L.cal.colours >= 4) need = 4;
+    uint32_t drops = atomic_load(&L.inject_drops);
+    if (drops > 0 && atomic_compare_exchange_strong(&L.inject_drops, &drops, drops - 1)) {
+      drop_sets();
+      if (!retry_later("test: eviction sets lost on purpose")) return NULL;
+      continue;
+    }
     for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
       _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, NULL);
     if (L.map.ncolours < need) {
       if (!retry_later("could not find eviction sets for the colours the sets need")) return NULL;
       continue;
     }
+    L.failures_in_row = 0;
     if (!L.src.trimmed) _ca_page_source_trim(&L.src);   /* 16 MiB of calibration pages */
     if (L.ready_ns == 0) { L.ready_ns = _ca_clock_ns() - L.start_ns; L.reason[0] = 0; }
     atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);

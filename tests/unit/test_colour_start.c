@@ -1,8 +1,9 @@
 /* The colour layer's start when a measurement fails for the moment: the worker starts again
    after a wait that doubles, the layer stays "calibrating" meanwhile (NightWatch keeps waiting
-   for it), and after START_TRIES failures it is unavailable for good, saying why.  Failures are
-   injected before anything is measured (_ca_colour_test_fail_starts), each case in a child of
-   its own: the worker starts once per process. */
+   for it), and after CA_COLOUR_START_TRIES failures in a row it is unavailable for good, saying
+   why.  Failures are injected before anything is measured (_ca_colour_test_fail_starts), or
+   once ready as eviction sets lost and not found again (_ca_colour_test_drop_sets), each case
+   in a child of its own: the worker starts once per process. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include <time.h>
@@ -66,9 +67,44 @@ static int failing_twice(void* arg) {
   return check_failures;
 }
 
+static bool wait_failures(long long n, long ms) {
+  for (long t = 0; t < ms && stats_value("colours", "start_failures") < n; t += 10) sleep_ms(10);
+  return stats_value("colours", "start_failures") >= n;
+}
+
+/* once ready, the sets lost and not found again: the layer stays ready while the worker tries
+   again, and gives up only after CA_COLOUR_START_TRIES failures in a row, not in all (a long-lived
+   process would lose the layer for good after its sixth loud moment) */
+static int dropped_when_ready(void* arg) {
+  _ca_colour_test_fail_starts(0, 20);               /* waits of 20, 40, 80 ... ms */
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0);
+  if (_ca_colour_prepare(id, 8, 60000) != 0) {
+    fprintf(stderr, "test_colour_start: the real start did not finish (state %d): drops not checked\n", _ca_colour_state());
+    return check_failures;
+  }
+  long long f0 = stats_value("colours", "start_failures");
+  _ca_colour_test_drop_sets(3);
+  CHECK(wait_failures(f0 + 3, 10000));
+  CHECK(reason_is("test: eviction sets lost on purpose"));
+  CHECK_EQ(_ca_colour_state(), CA_COLOURS_READY);   /* ready meanwhile: spans ordinary memory */
+  if (_ca_colour_prepare(id, 8, 60000) != 0) {      /* found again and stocked */
+    fprintf(stderr, "test_colour_start: the sets were not found again (a loud host): the count in a row not checked\n");
+    return check_failures;
+  }
+  _ca_colour_test_drop_sets(4);                     /* 7 in all, 4 in a row */
+  CHECK(wait_failures(f0 + 7, 10000));
+  CHECK_EQ(_ca_colour_state(), CA_COLOURS_READY);
+  CHECK_EQ(_ca_colour_prepare(id, 8, 60000), 0);
+  _ca_colour_test_drop_sets(CA_COLOUR_START_TRIES);  /* in a row: unavailable */
+  CHECK(wait_state(CA_COLOURS_UNAVAILABLE, 10000));
+  return check_failures;
+}
+
 int main(void) {
   require_chromalloc("test_colour_start");
   CHECK_EQ(fork_children(1, always_failing, NULL, "always failing"), 1);
   CHECK_EQ(fork_children(1, failing_twice, NULL, "failing twice"), 1);
+  CHECK_EQ(fork_children(1, dropped_when_ready, NULL, "sets dropped when ready"), 1);
   return check_done("test_colour_start");
 }
