@@ -468,13 +468,14 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
 
 /* A start that failed for the moment (the host loud for longer than the measurements wait:
    on the Zen 5 host 1 benchmark process in 12 gave up after 12 s, and pv's settle lasts 20 s)
-   is made again after a wait, 1 s, then doubling: CA_COLOUR_START_TRIES in a row, half a minute of
-   waiting and a few seconds of the worker's measuring per try.  Then the layer is
+   is made again after a wait, 1 s, then doubling: CA_COLOUR_START_TRIES in a row, half a
+   minute of waiting and a few seconds of the worker's measuring per try.  Then the layer is
    unavailable for the process's life.  Each time the layer is ready again the count starts
    afresh: a long-lived process whose sets are lost and not found again now and then (a drop
-   on a loud host) would otherwise lose the layer for good after its sixth such moment.  At the start the state stays CALIBRATING meanwhile
-   (eviction sets that cannot be found again after a drop leave it READY, the spans ordinary
-   memory until they are), and `reason` says why the last try failed.  False: give up. */
+   on a loud host) would otherwise lose the layer for good at its sixth such moment.  At the
+   start the state stays CALIBRATING meanwhile (eviction sets that cannot be found again after
+   a drop leave it READY, the spans ordinary memory until they are), and `reason` says why the
+   last try failed.  False: give up. */
 static bool retry_later(const char* why) {
   ca_buf_t b = ca_buf(L.reason, sizeof L.reason);
   ca_buf_str(&b, why);

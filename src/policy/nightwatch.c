@@ -70,7 +70,7 @@
 typedef struct nw_ctx_s {                     /* NightWatch's view of one context (sites.c) */
   /* what every chunk of the context reads or counts, in its first cache line: a program that
      copies a block bigger than the L1 between two chunks (the foundation's mixed) misses on
-     each line of it every time */
+     each line of it every time; member_bytes and group_on are written under NW.lock */
   _Atomic(uint64_t) chunks, bytes;
   _Atomic(int64_t)  countdown;
   uint64_t          member_bytes;             /* `bytes` when its next chunk of a page or more may join */
