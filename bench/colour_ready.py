@@ -7,7 +7,8 @@ compared in interleaved rounds (one process of each per round, so the host's moo
 Each process is `pv WORKLOAD --frames=200 --settle-ms=20000` under LD_PRELOAD=LIB with NightWatch on;
 pv waits up to 20 s for the restrictive pool.  The colour layer's state, eviction sets and
 ready time are read from CHROMALLOC_STATS.  A change to the timing probe, or anything that moves
-its code, should be checked with this against the build before it (docs/colours.md)."""
+its code, should be checked with this against the build before it (docs/colours.md).  The
+worker's CPU time (worker_cpu_ms) and its eviction-set builds are printed too."""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,11 +41,15 @@ def main():
                 c = one(os.path.abspath(lib), a.workload, os.path.join(tmp, "s.json"))
                 seen[name].append(c)
                 print(f"round {r + 1} {name}: {c.get('state')} sets {c.get('eviction_sets', '-')} "
-                      f"ready_ms {c.get('ready_ms', '-')} start_failures {c.get('start_failures', '-')} "
+                      f"ready_ms {c.get('ready_ms', '-')} worker_cpu_ms {c.get('worker_cpu_ms', '-')} "
+                      f"set builds {c.get('set_builds', '-')} failed {c.get('set_build_failures', '-')} "
+                      f"start_failures {c.get('start_failures', '-')} "
                       f"reason {c.get('reason') or '-'}", flush=True)
     for name, runs in seen.items():
         ready = [c["ready_ms"] for c in runs if c.get("state") == "ready"]
         med = f", median ready {statistics.median(ready) / 1000:.1f} s" if ready else ""
+        cpu = [c["worker_cpu_ms"] for c in runs if "worker_cpu_ms" in c]
+        med += f", median worker CPU {statistics.median(cpu) / 1000:.1f} s" if cpu else ""
         print(f"{name}: ready in {len(ready)} of {len(runs)}{med}")
 
 

@@ -47,6 +47,9 @@ static struct {
   pthread_t         worker;
   bool              worker_running;
   int               worker_cpu;  /* where it measures (-1: not yet) */
+  clockid_t         worker_clock;    /* its CPU-time clock, read while it lives, */
+  _Atomic(bool)     worker_alive;
+  uint64_t          worker_cpu_ns;   /* ... and its CPU time when it ended */
   uint32_t          generation;  /* sets registered so far: the worker plans again when it moves */
   pthread_mutex_t   wake_lock;
   pthread_cond_t    wake;
@@ -58,6 +61,7 @@ static struct {
   uint64_t          start_ns, probe_ns, discover_ns, estimate_ns, ready_ns;  /* start-up phases */
   uint32_t          estimated, estimate_chunks;  /* the colour count the pages gave; chunks used */
   uint32_t          probe_remeasured;            /* the probe measured again for a second estimate */
+  ca_discovery_stats_t disc;         /* eviction-set searches, all of them */
   uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets) */
   bool              suspected;       /* the last judgement was bad */
   uint32_t          top_ratio_pct;   /* the clearest the sets have evicted (quiet_window), */
@@ -376,7 +380,7 @@ static uint32_t estimate_colours_from_pages(uint32_t expected) {
 static void discover_first(uint32_t expected, size_t level_bytes, uint64_t* rng) {
   for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
     uint32_t had = L.map.ncolours;
-    _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, NULL);
+    _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, &L.disc);
     if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
   }
 }
@@ -405,7 +409,7 @@ static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t
   _ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
   discover_first(expected, level_bytes, rng);
   if (L.map.ncolours >= 2 && estimate_colours_from_pages(expected) == expected) return expected;
-  _ca_colour_discover(&L.probe.base, &L.map, &L.src, 0, expected, 60000, rng, NULL);
+  _ca_colour_discover(&L.probe.base, &L.map, &L.src, 0, expected, 60000, rng, &L.disc);
   uint32_t n = L.map.ncolours, c = round_colours(n);
   return n < 2 ? 0 : n > c ? n : c;
 }
@@ -683,21 +687,40 @@ static size_t protect_some(size_t pages) {
   return pending;
 }
 
+static void worker(int here);
+
+/* The worker's CPU time so far (ns): its cost to the machine, on a CPU the program may want. */
+static uint64_t worker_cpu_ns(void) {
+  struct timespec t;
+  if (atomic_load(&L.worker_alive) && clock_gettime(L.worker_clock, &t) == 0)
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+  return L.worker_cpu_ns;
+}
+
 static void* worker_main(void* arg) {
+  if (pthread_getcpuclockid(pthread_self(), &L.worker_clock) == 0) atomic_store(&L.worker_alive, true);
+  worker((int)(intptr_t)arg);
+  struct timespec t;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0) L.worker_cpu_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+  atomic_store(&L.worker_alive, false);
+  return NULL;
+}
+
+/* calibrate, then stock the pools and protect for the process's life; returns when it gives up */
+static void worker(int here) {
   _ca_trap_quiet_thread();
   /* background work: the program's threads come first (nice 19 for this thread) */
   setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
   /* measure on one CPU, preferably not the one of the thread that asked (its own memory traffic
      would share the L2 with our measurements) */
   cpu_set_t allowed;
-  int here = (int)(intptr_t)arg;
   if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
     int cpu = other_cpu(&allowed, here >= 0 ? here : 0);
     if (pin(cpu)) L.worker_cpu = cpu;
   }
   uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
   L.start_ns = _ca_clock_ns();
-  if (!start(&rng)) return NULL;
+  if (!start(&rng)) return;
   uint64_t last_verify = _ca_clock_ms(), backoff_ms = 0;
   for (;;) {
     /* the colours the registered sets need, and their eviction sets */
@@ -711,13 +734,13 @@ static void* worker_main(void* arg) {
     uint32_t drops = atomic_load(&L.inject_drops);
     if (drops > 0 && atomic_compare_exchange_strong(&L.inject_drops, &drops, drops - 1)) {
       drop_sets();
-      if (!retry_later("test: eviction sets lost on purpose")) return NULL;
+      if (!retry_later("test: eviction sets lost on purpose")) return;
       continue;
     }
     for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
-      _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, NULL);
+      _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, &L.disc);
     if (L.map.ncolours < need) {
-      if (!retry_later("could not find eviction sets for the colours the sets need")) return NULL;
+      if (!retry_later("could not find eviction sets for the colours the sets need")) return;
       continue;
     }
     L.failures_in_row = 0;
@@ -828,7 +851,6 @@ static void* worker_main(void* arg) {
     if ((!pools_short(gen) || backoff_ms > 0) && !replan(gen)) wait_wake(backoff_ms > 0 ? backoff_ms : pending ? 20 : 2000);
     pthread_mutex_unlock(&L.wake_lock);
   }
-  return NULL;
 }
 
 static void wake_worker(void) {
@@ -1106,6 +1128,11 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"discover_ms\":"); ca_buf_u64(b, L.discover_ns / 1000000);
   ca_buf_str(b, ",\"estimate_ms\":"); ca_buf_u64(b, L.estimate_ns / 1000000);
   ca_buf_str(b, ",\"ready_ms\":"); ca_buf_u64(b, L.ready_ns / 1000000);
+  ca_buf_str(b, ",\"worker_cpu_ms\":"); ca_buf_u64(b, worker_cpu_ns() / 1000000);
+  ca_buf_str(b, ",\"set_builds\":"); ca_buf_u64(b, L.disc.set_builds);
+  ca_buf_str(b, ",\"set_build_failures\":"); ca_buf_u64(b, L.disc.set_failures);
+  ca_buf_str(b, ",\"set_build_ms\":"); ca_buf_u64(b, L.disc.set_build_ns / 1000000);
+  ca_buf_str(b, ",\"sets_duplicate\":"); ca_buf_u64(b, L.disc.duplicates);
   ca_buf_str(b, ",\"start_failures\":"); ca_buf_u64(b, L.start_failures);
   ca_buf_str(b, ",\"estimated\":"); ca_buf_u64(b, L.estimated);
   ca_buf_str(b, ",\"estimate_chunks\":"); ca_buf_u64(b, L.estimate_chunks);

@@ -2,6 +2,8 @@
 # `chromalloc report` on recorded statistics (pv-messages-stats.json: `pv messages` under
 # chromalloc with NightWatch on, Zen 4 machine, 2026-11-26): the NightWatch context table and
 # the timeline come out as documented in docs/nightwatch.md ("Reading the statistics").
+# pv-frames-stats.json (`pv frames --frames=3000 --settle-ms=20000`, Zen 5 machine, 2026-11-27):
+# the colour worker's cost, which the older file does not have.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
@@ -20,5 +22,8 @@ expect "     686  size class 2064 served from restrictive spans"
 expect "    4329  verdict polluter: 0x2bf6 (pv)"
 row=$(grep -F "0x2bf6 (pv)" <<<"$out" | grep -v "verdict\|now " || true)
 grep -q " restrictive " <<<"$row" || { echo "FAIL chromalloc report: the context row of 0x2bf6 (pv) does not say restrictive: $row"; fail=1; }
+grep -qF "    worker:" <<<"$out" && { echo "FAIL chromalloc report: a worker line from statistics without the worker's cost"; fail=1; }
+out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-stats.json")
+expect "    worker: 6.7 s of CPU, ready 5.5 s after it started; 67 eviction-set builds, 60 failed"
 [ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
 exit $fail

@@ -38,6 +38,10 @@ static int always_failing(void* arg) {
   CHECK_EQ(stats_value("colours", "start_failures"), 6);
   CHECK(reason_is("test: a start failed on purpose"));
   CHECK(_ca_colour_prepare(id, 8, 100) != 0);      /* never stocked */
+  /* the worker ended: its CPU time is what it had then (it only waited), and nothing was built */
+  long long cpu = stats_value("colours", "worker_cpu_ms");
+  CHECK(cpu >= 0 && cpu < 100);
+  CHECK_EQ(stats_value("colours", "set_builds"), 0);
   return check_failures;
 }
 
@@ -58,6 +62,10 @@ static int failing_twice(void* arg) {
     CHECK_EQ(stats_value("colours", "start_failures"), 2);
     CHECK(reason_is(""));                            /* ready: no failure to report */
     CHECK_EQ(rc, 0);
+    /* it measured: CPU time on the worker's clock, and a build per eviction set at least */
+    CHECK(stats_value("colours", "worker_cpu_ms") > 0);
+    CHECK(stats_value("colours", "set_builds") - stats_value("colours", "set_build_failures") >=
+          stats_value("colours", "eviction_sets"));
   } else {
     /* this machine's timing failed too (a loud host, or no measurable L2): the injected
        failures were counted, and the state is one a real failure gives */
