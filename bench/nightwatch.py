@@ -379,7 +379,9 @@ def colour_state(c):
             # the worker's start-up (ms; ready 0: not ready by the end), to tell a late run's cause
             "probe_ms": c.get("probe_ms"), "discover_ms": c.get("discover_ms"),
             "estimate_ms": c.get("estimate_ms"), "ready_ms": c.get("ready_ms"),
-            "set_rebuilds": c.get("set_rebuilds")}
+            "set_rebuilds": c.get("set_rebuilds"),
+            # what the worker cost: CPU on the other core, in no wall time above (docs/colours.md)
+            "worker_cpu_ms": c.get("worker_cpu_ms")}
 
 
 def check_checksums(runs):
@@ -492,6 +494,7 @@ def nw_totals(runs):
     out["restrictive_spans_ordinary"] = median([c["spans_ordinary"] for c in col])
     out["protect_pages_checked"] = median([c["protect_checked"] for c in col if c.get("protect_checked") is not None])
     out["protect_pages_moved"] = median([c["protect_moved"] for c in col if c.get("protect_moved") is not None])
+    out["worker_cpu_ms"] = median([c["worker_cpu_ms"] for c in col if c.get("worker_cpu_ms") is not None])
     return out
 
 
@@ -896,7 +899,7 @@ def write_csv(path, runs):
             "protect_pages_moved", "protect_pages_touched", "protect_pages_in_set", "protect_passes_again",
             "colours_frames_kept", "colours_frames_rejected",
             "colours_probe_ms", "colours_discover_ms", "colours_estimate_ms",
-            "colours_ready_ms", "colours_set_rebuilds", "acted_frame", "victim_ns_after_acting", "error"]
+            "colours_ready_ms", "colours_set_rebuilds", "colours_worker_cpu_ms", "acted_frame", "victim_ns_after_acting", "error"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -915,7 +918,7 @@ def write_csv(path, runs):
                         (r.colours or {}).get("spans_ordinary", ""), (r.colours or {}).get("protect_checked", ""),
                         *[(r.colours or {}).get(k, "") for k in ("protect_moved", "protect_touched", "protect_in_set",
                                                                  "protect_passes_again", "frames_kept", "frames_rejected", "probe_ms", "discover_ms", "estimate_ms",
-                                                                 "ready_ms", "set_rebuilds")],
+                                                                 "ready_ms", "set_rebuilds", "worker_cpu_ms")],
                         "" if not r.acted or r.acted.get("acted_frame") is None else r.acted["acted_frame"],
                         fmt((r.acted or {}).get("victim_ns_after"), ".4f", ""), r.error])
 
@@ -1030,7 +1033,7 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
             f"{fmt(d['monitor_total_vs_off'], '.4f'):>13}")
     say("\nNightWatch statistics (chromalloc-on: medians; prediction success pooled over reps)")
     say(f"{'workload':<10}{'chunks':>9}{'monitored':>11}{'restrictive':>13} {'pred. default':>18} {'pred. monitor':>18}"
-        f"   colour layer: state, restrictive spans coloured/ordinary")
+        f"   colour layer: state, restrictive spans coloured/ordinary, worker CPU s")
     for w in WORKLOADS:
         s = wl[w].get("chromalloc-on", {}).get("nightwatch", {}) or {}
         pd, pm = pred[w]["default_run"] or {}, pred[w]["monitor_run"] or {}
@@ -1040,7 +1043,8 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
         say(f"{w:<10}{fmt(s.get('chunks'), '.0f'):>9}{fmt(s.get('monitored'), '.0f'):>11}"
             f"{fmt(s.get('restrictive'), '.0f'):>13} {ps(pd):>18} {ps(pm):>18}   "
             f"{'/'.join(s.get('colour_states') or ['n/a'])}, {fmt(s.get('restrictive_spans_coloured'), '.0f')}"
-            f"/{fmt(s.get('restrictive_spans_ordinary'), '.0f')}")
+            f"/{fmt(s.get('restrictive_spans_ordinary'), '.0f')}, "
+            f"{fmt(None if s.get('worker_cpu_ms') is None else s['worker_cpu_ms'] / 1000, '.1f')}")
     reps_on = {w: wl[w].get("chromalloc-on", {}).get("reps") for w in WORKLOADS if wl[w].get("chromalloc-on", {}).get("reps")}
     if reps_on:
         say("\nWhen the policy acted (chromalloc-on, each rep: victim ns of the run / after the frame by which every "
