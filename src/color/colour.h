@@ -65,6 +65,10 @@ struct ca_probe_s {
   /* optional: how much touching pages[0..n) slows r's chase, in % of the quiet chase (without
      it, evicts() says 200 or 100) */
   uint32_t (*effect)(ca_probe_t* p, void* r, void* const* pages, size_t n);
+  /* optional: "does the group evict r clearly?", between the plain and the strict question:
+     what an eviction-set search asks (evset.c), so that pages sharing only part of r's sets do
+     not add up to an eviction */
+  bool (*evicts_clearly)(ca_probe_t* p, void* r, void* const* pages, size_t n);
 };
 
 /* The timing probe of this machine (probe.c). */
@@ -78,6 +82,8 @@ typedef struct ca_timing_probe_s {
   uint32_t   ratio_pct;       /* evicted: the chase is this % of the quiet chase measured with it */
   uint32_t   set_ratio_pct;   /* what eviction sets measured (0: not yet) */
   uint32_t   full_pct;        /* evicted fully: 4/5 of the way up to set_ratio_pct */
+  uint32_t   clear_pct;       /* evicted clearly: 4/5 of the way up to the sets' or the stream's
+                                 effect, at most CA_CLEAR_MARGIN above ratio_pct */
   uint32_t   last_ticks, last_quiet;   /* medians of the last test (diagnostics) */
   /* pages of random colours: touching them pushes R out of L1 (more of them than L1 has ways)
      but leaves it in the level, so a quiet chase is a chase from the level */

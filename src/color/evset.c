@@ -18,6 +18,12 @@
 #define CA_EVSET_CAND_MAX 4096
 #define CA_EVSET_CONFIRM  512          /* confirm drops below this many pages */
 
+/* the question each step asks: "evicts clearly" where the probe has it (probe.c), else "evicts";
+   the member check below keeps the plain rule (left out, a member must stop even a plain eviction) */
+static bool (*clearly(ca_probe_t* p))(ca_probe_t*, void*, void* const*, size_t) {
+  return p->evicts_clearly ? p->evicts_clearly : p->evicts;
+}
+
 static void shuffle(void** a, int n, uint64_t* rng) {
   for (int i = n - 1; i > 0; i--) {
     uint64_t x = *rng;
@@ -31,6 +37,7 @@ static void shuffle(void** a, int n, uint64_t* rng) {
 /* Reduce cand[0..n) in place to a minimal set that evicts r; the dropped pages stay in
    cand[result..n).  Returns the size of the minimal set, or -1. */
 static int reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t* rng) {
+  bool (*evicts)(ca_probe_t*, void*, void* const*, size_t) = clearly(p);
   void* rest[CA_EVSET_CAND_MAX];                /* 32 KiB of stack: calibration threads only */
   int dropped_sizes[128], ndropped = 0, stuck = 0, backtracks = 0, total = n;
   while (n > 1) {
@@ -40,8 +47,8 @@ static int reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t
       int lo = g * n / groups, hi = (g + 1) * n / groups, m = 0;
       for (int i = 0; i < lo; i++) rest[m++] = cand[i];
       for (int i = hi; i < n; i++) rest[m++] = cand[i];
-      if (!p->evicts(p, r, (void* const*)rest, (size_t)m)) continue;
-      if (m < CA_EVSET_CONFIRM && !p->evicts(p, r, (void* const*)rest, (size_t)m)) continue;
+      if (!evicts(p, r, (void* const*)rest, (size_t)m)) continue;
+      if (m < CA_EVSET_CONFIRM && !evicts(p, r, (void* const*)rest, (size_t)m)) continue;
       int k = m;                                 /* the dropped group follows the live set */
       for (int i = lo; i < hi; i++) rest[k++] = cand[i];
       memcpy(cand, rest, (size_t)k * sizeof *cand);
@@ -53,7 +60,7 @@ static int reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t
     if (++stuck <= 2) { shuffle(cand, n, rng); continue; }
     /* minimal, or wrong: a minimal set still evicts r; otherwise undo the last drop */
     int yes = 0;
-    for (int k = 0; k < 3; k++) yes += p->evicts(p, r, (void* const*)cand, (size_t)n);
+    for (int k = 0; k < 3; k++) yes += evicts(p, r, (void* const*)cand, (size_t)n);
     if (yes >= 2) return n;
     if (ndropped == 0 || ++backtracks > 12) return -1;
     n += dropped_sizes[--ndropped];
@@ -61,20 +68,21 @@ static int reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t
     shuffle(cand, n, rng);
     stuck = 0;
   }
-  return n == 1 && p->evicts(p, r, (void* const*)cand, 1) ? 1 : -1;
+  return n == 1 && evicts(p, r, (void* const*)cand, 1) ? 1 : -1;
 }
 
 /* cand[0..m) is a minimal set for r; move pages of r's colour from cand[m..n) into it until it
    has `want` pages.  A page is of r's colour when the set with it in place of one member still
    evicts r (the member left out is rotated, so no one member decides).  Returns the new size. */
 static int extend(ca_probe_t* p, void* r, void** cand, int m, int n, int want) {
+  bool (*evicts)(ca_probe_t*, void*, void* const*, size_t) = clearly(p);
   void* trial[CA_WAYS_MAX];
   int size = m, out = 0;
   for (int i = m; i < n && size < want; i++) {
     int k = 0;
     for (int j = 0; j < m; j++) if (j != out) trial[k++] = cand[j];
     trial[k++] = cand[i];
-    if (p->evicts(p, r, (void* const*)trial, (size_t)k) && p->evicts(p, r, (void* const*)trial, (size_t)k)) {
+    if (evicts(p, r, (void* const*)trial, (size_t)k) && evicts(p, r, (void* const*)trial, (size_t)k)) {
       void* t = cand[size]; cand[size] = cand[i]; cand[i] = t;
       size++;
       out = (out + 1) % m;
@@ -87,13 +95,14 @@ static int extend(ca_probe_t* p, void* r, void** cand, int m, int n, int want) {
    Returns ways, or -1. */
 int _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t* rng) {
   if (n > CA_EVSET_CAND_MAX || n < ways || ways > CA_WAYS_MAX) return -1;
+  bool (*evicts)(ca_probe_t*, void*, void* const*, size_t) = clearly(p);
   p->prepare(p, r);
-  if (!p->evicts(p, r, (void* const*)cand, (size_t)n)) return -1;
+  if (!evicts(p, r, (void* const*)cand, (size_t)n)) return -1;
   int m = reduce(p, r, cand, n, ways, rng);
   if (m < 1 || m > ways) return -1;
   if (extend(p, r, cand, m, n, ways) < ways) return -1;
   int yes = 0;                                   /* the full set must evict r: two of three */
-  for (int k = 0; k < 3; k++) yes += p->evicts(p, r, (void* const*)cand, (size_t)ways);
+  for (int k = 0; k < 3; k++) yes += evicts(p, r, (void* const*)cand, (size_t)ways);
   if (yes < 2) return -1;
   /* and every member must be needed: left out, the other ways - 1 must not evict r.  This
      rejects a set with a stranger in it, and sets measured while the neighbour held ways. */

@@ -144,6 +144,25 @@ static bool timing_evicts_fully(ca_probe_t* p, void* r, void* const* pages, size
   return evicts_above(tp, r, pages, n, tp->full_pct > tp->ratio_pct ? tp->full_pct : tp->ratio_pct);
 }
 
+/* Clearly evicted: what an eviction-set search asks of a group (evset.c).  At the plain rule, a
+   group of pages that each share only part of R's sets can add up to an eviction and not be
+   reducible to a set: on the Zen 5 host 36-44% of the reductions stopped above 16 pages, no
+   group of them essential, and most set builds failed (docs/colours.md).  4/5 of the way up to
+   what sets (or, before there are any, the stream) do to R, but at most CA_CLEAR_MARGIN above
+   the rule: sets read about 210% or 290% here, switching every few seconds, and at 4/5 of a
+   high reading the low state never cleared it (2 processes in 16 found no set in 20 s). */
+#define CA_CLEAR_MARGIN 30
+
+static uint32_t clear_for(uint32_t effect, uint32_t rule) {
+  uint32_t c = 100 + (effect > 100 ? (effect - 100) * 4 / 5 : 0);
+  return c < rule ? rule : c > rule + CA_CLEAR_MARGIN ? rule + CA_CLEAR_MARGIN : c;
+}
+
+static bool timing_evicts_clearly(ca_probe_t* p, void* r, void* const* pages, size_t n) {
+  ca_timing_probe_t* tp = (ca_timing_probe_t*)p;
+  return evicts_above(tp, r, pages, n, tp->clear_pct > tp->ratio_pct ? tp->clear_pct : tp->ratio_pct);
+}
+
 /* The decision ratio for an eviction effect of r% of the quiet chase: halfway up, and never
    above 150%.  Measured on a 16-way Zen 5 L2 over a minute (quiet pages pushing R out of L1):
    groups that leave R in the level read 95-112% of the quiet chase (15 same-colour pages
@@ -204,6 +223,7 @@ static void timing_recalibrate(ca_probe_t* p, void* const* refs, void* const (*s
   uint32_t stream = tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : r;
   if (stream < r) r = stream;
   if (r >= 140) tp->ratio_pct = rule_for(r);                 /* clearly apart */
+  tp->clear_pct = clear_for(tp->set_ratio_pct, tp->ratio_pct);
 }
 
 /* Measure the two levels and set the threshold.  R and a few quiet pages come from a scratch
@@ -225,6 +245,7 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
   tp->base.prepare = timing_prepare;
   tp->base.recalibrate = timing_recalibrate;
   tp->base.evicts_fully = timing_evicts_fully;
+  tp->base.evicts_clearly = timing_evicts_clearly;
   tp->base.effect = timing_effect;
   tp->base.tests = 0;
   tp->reps = 7;
@@ -291,6 +312,7 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
   tp->threshold = (uint32_t)((uint64_t)tp->hit_ticks * tp->ratio_pct / 100);
   tp->set_ratio_pct = 0;
   tp->full_pct = 0;
+  tp->clear_pct = clear_for(tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : 0, tp->ratio_pct);
   _ca_os_unmap(mem, stream_bytes);
   return apart;
 #endif
