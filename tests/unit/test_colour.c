@@ -2,7 +2,9 @@
    machine's timing: a set-mapping oracle gives every page a colour by hashing its address
    (like a hashed index), a group evicts a reference when it holds `ways` distinct pages of the
    reference's colour, and a seeded fraction of answers is flipped (noise).  Pages are fake
-   addresses that are never touched.  Checks: eviction sets are exact, discovery finds every
+   addresses that are never touched.  Checks: eviction sets are exact (also where pages that
+   share part of the reference's sets add up to a plain eviction: the search asks whether a
+   group evicts clearly), discovery finds every
    colour once, also when bursts of false "no" answers let duplicates slip past the check a new
    set gets (4% of tests starting a burst: without the pruning sweep 34 colours are found),
    classification agrees with the oracle, protection's live test keeps to colours it can tell
