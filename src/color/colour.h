@@ -57,6 +57,9 @@ struct ca_probe_s {
      pages of sets[i]), which is what every later test looks like */
   void (*recalibrate)(ca_probe_t* p, void* const* refs, void* const (*sets)[CA_WAYS_MAX], size_t n, size_t ways);
   uint64_t tests;                                   /* number of evicts() calls */
+  uint64_t plain_searches;                          /* eviction-set searches that asked plainly */
+  uint32_t search_streak;                           /* ... and how they went (evset.c) */
+  bool     search_plainly;
   /* optional: the stricter question "is most of r evicted?", which confirms a page's colour.
      A page can share part of its sets with another colour's pages (a Zen 5 L2: 1 page in 3
      read 60-75% of a full eviction against another colour's set); it must not join that

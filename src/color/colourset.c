@@ -1132,6 +1132,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"set_builds\":"); ca_buf_u64(b, L.disc.set_builds);
   ca_buf_str(b, ",\"set_build_failures\":"); ca_buf_u64(b, L.disc.set_failures);
   ca_buf_str(b, ",\"set_build_ms\":"); ca_buf_u64(b, L.disc.set_build_ns / 1000000);
+  ca_buf_str(b, ",\"set_builds_plain\":"); ca_buf_u64(b, L.probe.base.plain_searches);
   ca_buf_str(b, ",\"sets_duplicate\":"); ca_buf_u64(b, L.disc.duplicates);
   ca_buf_str(b, ",\"start_failures\":"); ca_buf_u64(b, L.start_failures);
   ca_buf_str(b, ",\"estimated\":"); ca_buf_u64(b, L.estimated);

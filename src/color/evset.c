@@ -18,11 +18,17 @@
 #define CA_EVSET_CAND_MAX 4096
 #define CA_EVSET_CONFIRM  512          /* confirm drops below this many pages */
 
-/* the question each step asks: "evicts clearly" where the probe has it (probe.c), else "evicts";
-   the member check below keeps the plain rule (left out, a member must stop even a plain eviction) */
-static bool (*clearly(ca_probe_t* p))(ca_probe_t*, void*, void* const*, size_t) {
-  return p->evicts_clearly ? p->evicts_clearly : p->evicts;
-}
+/* The question each step asks (evicts_t): "evicts clearly" where the probe has it (probe.c),
+   else "evicts".  Two signs that the clear rule is above what an eviction reads just then, and
+   the search asks plainly: the whole candidate group (dozens of pages of R's colour among
+   several hundred) does not evict R clearly; or CLEAR_STREAK searches in a row asking clearly
+   failed (on a loud Zen 5 host 4 processes of 20 built no more than 2 sets in 20 s that way,
+   200-250 searches, all failed; asking clearly, 1 search in 3 succeeds here, so 8 failures in
+   a row come about 1 time in 17 when it works).  The next CLEAR_STREAK searches ask plainly,
+   then clearly again. */
+#define CLEAR_STREAK 8
+
+typedef bool (*evicts_t)(ca_probe_t* p, void* r, void* const* pages, size_t n);
 
 static void shuffle(void** a, int n, uint64_t* rng) {
   for (int i = n - 1; i > 0; i--) {
@@ -36,8 +42,7 @@ static void shuffle(void** a, int n, uint64_t* rng) {
 
 /* Reduce cand[0..n) in place to a minimal set that evicts r; the dropped pages stay in
    cand[result..n).  Returns the size of the minimal set, or -1. */
-static int reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t* rng) {
-  bool (*evicts)(ca_probe_t*, void*, void* const*, size_t) = clearly(p);
+static int reduce(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int n, int ways, uint64_t* rng) {
   void* rest[CA_EVSET_CAND_MAX];                /* 32 KiB of stack: calibration threads only */
   int dropped_sizes[128], ndropped = 0, stuck = 0, backtracks = 0, total = n;
   while (n > 1) {
@@ -74,8 +79,7 @@ static int reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t
 /* cand[0..m) is a minimal set for r; move pages of r's colour from cand[m..n) into it until it
    has `want` pages.  A page is of r's colour when the set with it in place of one member still
    evicts r (the member left out is rotated, so no one member decides).  Returns the new size. */
-static int extend(ca_probe_t* p, void* r, void** cand, int m, int n, int want) {
-  bool (*evicts)(ca_probe_t*, void*, void* const*, size_t) = clearly(p);
+static int extend(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int m, int n, int want) {
   void* trial[CA_WAYS_MAX];
   int size = m, out = 0;
   for (int i = m; i < n && size < want; i++) {
@@ -91,16 +95,11 @@ static int extend(ca_probe_t* p, void* r, void** cand, int m, int n, int want) {
   return size;
 }
 
-/* An eviction set of `ways` pages of r's colour from cand[0..n), left in cand[0..ways).
-   Returns ways, or -1. */
-int _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t* rng) {
-  if (n > CA_EVSET_CAND_MAX || n < ways || ways > CA_WAYS_MAX) return -1;
-  bool (*evicts)(ca_probe_t*, void*, void* const*, size_t) = clearly(p);
-  p->prepare(p, r);
-  if (!evicts(p, r, (void* const*)cand, (size_t)n)) return -1;
-  int m = reduce(p, r, cand, n, ways, rng);
+/* A set of `ways` pages of r's colour asking `evicts`, left in cand[0..ways): ways, or -1. */
+static int search(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int n, int ways, uint64_t* rng) {
+  int m = reduce(p, evicts, r, cand, n, ways, rng);
   if (m < 1 || m > ways) return -1;
-  if (extend(p, r, cand, m, n, ways) < ways) return -1;
+  if (extend(p, evicts, r, cand, m, n, ways) < ways) return -1;
   int yes = 0;                                   /* the full set must evict r: two of three */
   for (int k = 0; k < 3; k++) yes += evicts(p, r, (void* const*)cand, (size_t)ways);
   if (yes < 2) return -1;
@@ -115,4 +114,32 @@ int _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint6
     if (still >= 2) return -1;
   }
   return ways;
+}
+
+/* After a search: CLEAR_STREAK failures in a row asking clearly switch to asking plainly, and
+   CLEAR_STREAK searches asking plainly switch back. */
+static void judge(ca_probe_t* p, bool found) {
+  if (p->search_plainly) {
+    if (++p->search_streak >= CLEAR_STREAK) { p->search_plainly = false; p->search_streak = 0; }
+  } else if (found) {
+    p->search_streak = 0;
+  } else if (++p->search_streak >= CLEAR_STREAK) {
+    p->search_plainly = true;
+    p->search_streak = 0;
+  }
+}
+
+/* An eviction set of `ways` pages of r's colour from cand[0..n), left in cand[0..ways).
+   Returns ways, or -1. */
+int _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint64_t* rng) {
+  if (n > CA_EVSET_CAND_MAX || n < ways || ways > CA_WAYS_MAX) return -1;
+  p->prepare(p, r);
+  evicts_t evicts = p->evicts;
+  if (p->evicts_clearly && !p->search_plainly && p->evicts_clearly(p, r, (void* const*)cand, (size_t)n)) evicts = p->evicts_clearly;
+  else if (!p->evicts(p, r, (void* const*)cand, (size_t)n)) return -1;
+  if (!p->evicts_clearly) return search(p, evicts, r, cand, n, ways, rng);
+  p->plain_searches += evicts == p->evicts;
+  int k = search(p, evicts, r, cand, n, ways, rng);
+  judge(p, k == ways);
+  return k;
 }

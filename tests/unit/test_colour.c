@@ -4,7 +4,8 @@
    reference's colour, and a seeded fraction of answers is flipped (noise).  Pages are fake
    addresses that are never touched.  Checks: eviction sets are exact (also where pages that
    share part of the reference's sets add up to a plain eviction: the search asks whether a
-   group evicts clearly), discovery finds every
+   group evicts clearly; and where the clear rule is too high, asking plainly then), discovery
+   finds every
    colour once, also when bursts of false "no" answers let duplicates slip past the check a new
    set gets (4% of tests starting a burst: without the pruning sweep 34 colours are found),
    classification agrees with the oracle, protection's live test keeps to colours it can tell
@@ -90,7 +91,8 @@ static bool sim_evicts_fully(ca_probe_t* p, void* r, void* const* pages, size_t 
 static void sim_prepare(ca_probe_t* p, void* r) { (void)p; (void)r; }
 
 static sim_t sim(uint32_t colours, uint32_t ways, double noise) {
-  sim_t s = { { sim_evicts, sim_prepare, NULL, 0, NULL, NULL, NULL }, colours, ways, noise, 0x2545F4914F6CDD1Dull, 0, 0, 0, false };
+  sim_t s = { .base = { .evicts = sim_evicts, .prepare = sim_prepare }, .colours = colours, .ways = ways, .noise = noise,
+              .rng = 0x2545F4914F6CDD1Dull };
   return s;
 }
 
@@ -155,6 +157,40 @@ static int reduce_exact(bool clearly, int tries) {
   free_source(&src);
   return exact;
 }
+
+/* a clear rule above what a set of `ways` pages reads: only a group with twice as many pages
+   of r's colour clears it (the whole candidate group does, no set does) */
+static bool sim_evicts_too_clearly(ca_probe_t* p, void* r, void* const* pages, size_t n) {
+  sim_t* s = (sim_t*)p;
+  p->tests++;
+  return noisy(s, count_colour(s, r, pages, n, oracle(s, r)) >= 2 * s->ways);
+}
+
+/* ... and one that nothing clears: the searches ask plainly, at once or after a streak of
+   failures, and still build exact sets */
+static void test_reduce_clear_rule_too_high(bool (*too_clearly)(ca_probe_t*, void*, void* const*, size_t), const char* what) {
+  sim_t s = sim(32, 8, 0.01);
+  s.base.evicts_clearly = too_clearly;
+  ca_page_source_t src = fake_source(8192, 0x400000000ull);
+  uint64_t rng = 9;
+  int tries = 48, exact = 0;
+  for (int t = 0; t < tries; t++) {
+    void* cand[600];
+    for (int i = 0; i < 600; i++) cand[i] = src.pages[1 + (t * 600 + i) % 8000];
+    void* r = src.pages[8191 - t];
+    if (_ca_evset_reduce(&s.base, r, cand, 600, 8, &rng) != 8) continue;
+    bool all = true;
+    for (int i = 0; i < 8; i++) all &= oracle(&s, cand[i]) == oracle(&s, r);
+    exact += all;
+  }
+  fprintf(stderr, "reduce, clear rule too high (%s): %d of %d exact sets, %llu searches asked plainly\n",
+          what, exact, tries, (unsigned long long)s.base.plain_searches);
+  CHECK(exact >= tries / 3);
+  CHECK(s.base.plain_searches > 0);
+  free_source(&src);
+}
+
+static bool sim_never(ca_probe_t* p, void* r, void* const* pages, size_t n) { p->tests++; return false; }
 
 static void test_reduce_adding_up(void) {
   int tries = 60, plain = reduce_exact(false, tries), clearly = reduce_exact(true, tries);
@@ -699,6 +735,8 @@ int main(void) {
   test_reduce(0);
   test_reduce(0.01);
   test_reduce_adding_up();
+  test_reduce_clear_rule_too_high(sim_never, "nothing clears it");
+  test_reduce_clear_rule_too_high(sim_evicts_too_clearly, "no set clears it");
   test_discover(0, 40);
   test_discover(0.01, 0);
   test_discover(0, 40);
