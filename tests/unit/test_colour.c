@@ -137,25 +137,29 @@ static void test_reduce(double noise) {
 /* Pages that share part of r's sets add up, at the plain rule, to an eviction that no set of
    r's colour explains (a Zen 5 L2: 36-44% of reductions stopped above 16 pages): the search asks
    whether a group evicts r clearly, and then builds exact sets where the plain question fails. */
-static int reduce_exact(bool clearly, int tries) {
-  sim_t s = sim(32, 8, 0.01);
-  s.partial_pct = 33;
-  s.adds_up = true;
-  if (clearly) s.base.evicts_clearly = sim_evicts_fully;
-  ca_page_source_t src = fake_source(8192, 0x300000000ull);
-  uint64_t rng = 5;
+/* Sets searched for `tries` references, 600 candidates each (8 ways): how many came out exact. */
+static int exact_sets(sim_t* s, uintptr_t base, int tries, uint64_t rng) {
+  ca_page_source_t src = fake_source(8192, base);
   int exact = 0;
   for (int t = 0; t < tries; t++) {
     void* cand[600];
     for (int i = 0; i < 600; i++) cand[i] = src.pages[1 + (t * 600 + i) % 8000];
     void* r = src.pages[8191 - t];
-    if (_ca_evset_reduce(&s.base, r, cand, 600, 8, &rng) != 8) continue;
+    if (_ca_evset_reduce(&s->base, r, cand, 600, 8, &rng) != 8) continue;
     bool all = true;
-    for (int i = 0; i < 8; i++) all &= oracle(&s, cand[i]) == oracle(&s, r);
+    for (int i = 0; i < 8; i++) all &= oracle(s, cand[i]) == oracle(s, r);
     exact += all;
   }
   free_source(&src);
   return exact;
+}
+
+static int reduce_exact(bool clearly, int tries) {
+  sim_t s = sim(32, 8, 0.01);
+  s.partial_pct = 33;
+  s.adds_up = true;
+  if (clearly) s.base.evicts_clearly = sim_evicts_fully;
+  return exact_sets(&s, 0x300000000ull, tries, 5);
 }
 
 /* a clear rule above what a set of `ways` pages reads: only a group with twice as many pages
@@ -171,23 +175,11 @@ static bool sim_evicts_too_clearly(ca_probe_t* p, void* r, void* const* pages, s
 static void test_reduce_clear_rule_too_high(bool (*too_clearly)(ca_probe_t*, void*, void* const*, size_t), const char* what) {
   sim_t s = sim(32, 8, 0.01);
   s.base.evicts_clearly = too_clearly;
-  ca_page_source_t src = fake_source(8192, 0x400000000ull);
-  uint64_t rng = 9;
-  int tries = 48, exact = 0;
-  for (int t = 0; t < tries; t++) {
-    void* cand[600];
-    for (int i = 0; i < 600; i++) cand[i] = src.pages[1 + (t * 600 + i) % 8000];
-    void* r = src.pages[8191 - t];
-    if (_ca_evset_reduce(&s.base, r, cand, 600, 8, &rng) != 8) continue;
-    bool all = true;
-    for (int i = 0; i < 8; i++) all &= oracle(&s, cand[i]) == oracle(&s, r);
-    exact += all;
-  }
+  int tries = 48, exact = exact_sets(&s, 0x400000000ull, tries, 9);
   fprintf(stderr, "reduce, clear rule too high (%s): %d of %d exact sets, %llu searches asked plainly\n",
           what, exact, tries, (unsigned long long)s.base.plain_searches);
   CHECK(exact >= tries / 3);
   CHECK(s.base.plain_searches > 0);
-  free_source(&src);
 }
 
 static bool sim_never(ca_probe_t* p, void* r, void* const* pages, size_t n) { p->tests++; return false; }
