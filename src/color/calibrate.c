@@ -47,9 +47,11 @@ static uint64_t rnd(uint64_t* s) {
 #define CONFIRM 3
 
 /* Yes when the first of `confirm` tests says so and `need` of them do (stopping as soon as the
-   answer is known): a page of another colour is turned away by one test, the usual case. */
-static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm, int need, bool fully) {
-  bool (*test)(ca_probe_t*, void*, void* const*, size_t) = fully && p->evicts_fully ? p->evicts_fully : p->evicts;
+   answer is known): a page of another colour is turned away by one test, the usual case.  The
+   probe's plain question where it lacks the one asked. */
+static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm, int need, ca_ask_t ask) {
+  bool (*test)(ca_probe_t*, void*, void* const*, size_t) =
+    ask == CA_ASK_FULLY && p->evicts_fully ? p->evicts_fully : ask == CA_ASK_CLEARLY && p->evicts_clearly ? p->evicts_clearly : p->evicts;
   int yes = 0;
   for (int k = 0; k < confirm && yes < need && yes + (confirm - k) >= need; k++) {
     bool v = test(p, ref, set, ways);
@@ -62,10 +64,10 @@ static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_
 /* Colour of `page` among the colours in `mask`, or -1, a positive answer confirmed by `need` of
    `confirm` tests, the first among them (of the stricter kind when `fully`).  `page` becomes a
    probe reference (its contents are overwritten), so only pool pages are classified this way. */
-int _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, bool fully) {
+int _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, ca_ask_t ask) {
   p->prepare(p, page);
   for (uint32_t c = 0; c < map->ncolours; c++)
-    if ((mask >> c) & 1 && evicts_confirmed(p, page, (void* const*)map->set[c], map->ways, confirm, need, fully)) return (int)c;
+    if ((mask >> c) & 1 && evicts_confirmed(p, page, (void* const*)map->set[c], map->ways, confirm, need, ask)) return (int)c;
   return -1;
 }
 
@@ -93,26 +95,26 @@ int _ca_colour_find(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint6
     }
     if (n == 0 || (n > 1 && !p->evicts(p, page, (void* const*)group, n * map->ways))) continue;
     for (uint32_t k = 0; k < n; k++)
-      if (evicts_confirmed(p, page, (void* const*)map->set[members[k]], map->ways, CONFIRM, CONFIRM, true)) return (int)members[k];
+      if (evicts_confirmed(p, page, (void* const*)map->set[members[k]], map->ways, CONFIRM, CONFIRM, CA_ASK_FULLY)) return (int)members[k];
   }
   return -1;
 }
 
 int _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask) {
-  return _ca_colour_classify_n(p, map, page, mask, CONFIRM, CONFIRM, true);
+  return _ca_colour_classify_n(p, map, page, mask, CONFIRM, CONFIRM, CA_ASK_FULLY);
 }
 
 /* Colour of a live page without writing to it: it replaces one member of each candidate set,
    and the set still evicts that colour's reference only if the page has the colour.  `need` of
    `confirm` tests must say so (the strict kind when `fully`). */
-int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, bool fully) {
+int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, ca_ask_t ask) {
   void* trial[CA_WAYS_MAX];
   for (uint32_t c = 0; c < map->ncolours; c++) {
     if (!((mask >> c) & 1)) continue;
     memcpy(trial, map->set[c], map->ways * sizeof(void*));
     trial[0] = (void*)page;
     p->prepare(p, map->ref[c]);
-    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, confirm, need, fully)) return (int)c;
+    if (evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, confirm, need, ask)) return (int)c;
   }
   return -1;
 }
@@ -209,7 +211,7 @@ static int page_colour(ca_probe_t* p, const ca_colour_map_t* map, ca_page_source
      two of three, not three in a row: a page of a known colour that reads as new costs a set
      build (25-40 ms) that fails or makes a duplicate, and one true test in 20 reads low here
      (three in a row missed 14% of known pages; 85% of set builds failed) */
-  src->colour[i] = (int8_t)_ca_colour_classify_n(p, map, src->pages[i], mask, CONFIRM, 2, false);
+  src->colour[i] = (int8_t)_ca_colour_classify_n(p, map, src->pages[i], mask, CONFIRM, 2, CA_ASK_PLAIN);
   src->tested[i] = (uint8_t)map->ncolours;
   return src->colour[i];
 }
@@ -305,7 +307,7 @@ static uint32_t drop_wide(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t*
     sample++;
     p->prepare(p, src->pages[i]);
     for (uint32_t c = first; c < map->ncolours; c++)
-      claims[c] += evicts_confirmed(p, src->pages[i], (void* const*)map->set[c], map->ways, CONFIRM, 2, false);
+      claims[c] += evicts_confirmed(p, src->pages[i], (void* const*)map->set[c], map->ways, CONFIRM, 2, CA_ASK_PLAIN);
   }
   bool alive[CA_COLOURS_MAX];
   uint32_t limit = sample * 3 / (2 * expected) + 4, dropped = 0;

@@ -133,8 +133,10 @@ void     _ca_page_source_free(ca_page_source_t* src);
 void     _ca_page_source_trim(ca_page_source_t* src);
 int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
 int      _ca_colour_find(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);   /* stocking only */
-int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, bool fully);
-int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, bool fully);
+/* the question a colour test asks the probe: evicts (plain), evicts_fully, evicts_clearly */
+typedef enum { CA_ASK_PLAIN, CA_ASK_FULLY, CA_ASK_CLEARLY } ca_ask_t;
+int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, ca_ask_t ask);
+int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, ca_ask_t ask);
 /* protection's test of a live page (calibrate.c): a rule per colour, measured before a batch */
 typedef struct ca_live_rule_s {
   uint32_t mid_pct;                            /* above: the page is of the colour */

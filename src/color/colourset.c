@@ -201,7 +201,7 @@ static bool replan(uint32_t gen) {
    evicted page passes the plain test too). */
 static int excluded(void* page, uint64_t excl) {
   for (int k = 0; k < 2 && excl != 0; k++)
-    if (_ca_colour_classify_n(&L.probe.base, &L.map, page, excl, 1, 1, false) >= 0) return -2;
+    if (_ca_colour_classify_n(&L.probe.base, &L.map, page, excl, 1, 1, CA_ASK_PLAIN) >= 0) return -2;
   return -1;
 }
 
@@ -337,10 +337,16 @@ static void drop_sets(void) {
 /* Without a profile the colour count is estimated: pages are classified against the first few
    colours' sets, and each set claims about one page in `colours`.  Cache geometries have
    power-of-two colour counts, so the estimate is rounded to one.  A page counts as claimed when
-   the first of three tests of the plain kind and two of them say so, not the three "fully
-   evicted" tests that fill pools: every further or stricter test also loses true positives on
-   a busy host, which biases the count up (64 for 32 in 1 of 20 processes with three in a row;
-   32 for 16 in 1 of 2 with the strict kind; on the Zen 5 host one plain test in 20 reads low).
+   the first of three tests and two of them say so, not the three "fully evicted" tests that
+   fill pools: every further or stricter test also loses true positives on a busy host, which
+   biases the count up (64 for 32 in 1 of 20 processes with three in a row; 32 for 16 in 1 of 2
+   with the strict kind; on the Zen 5 host one plain test in 20 reads low).  The tests ask
+   whether the set evicts the page clearly (probe.c), between the plain and the strict
+   question: at the plain rule a page sharing part of a set's colour (one in three on the Zen
+   5 host) was claimed too, and the estimate read 8 for 16, or needed its second try, in 5 of
+   16 pv messages processes, against 0 of 16 asked clearly (interleaved; 0 of 10 each in 10
+   more rounds, a quieter moment) - unless the eviction-set searches found the clear rule too
+   high just now (evset.c), when they ask plainly.
 
    The pages are far from a random sample of colours: the frames of one 4 MiB chunk fell
    unevenly on this VM's colours (four sets claiming 8, 6, 22 and 21 of its 1024 pages, 2, 75,
@@ -355,10 +361,11 @@ static uint32_t estimate_colours_from_pages(uint32_t expected) {
   uint32_t claims[CA_COLOURS_MAX] = {0}, sorted[CA_COLOURS_MAX], n = L.map.ncolours, estimate = 0;
   uint64_t pages = 0;
   int k = 0;
+  ca_ask_t ask = L.probe.base.search_plainly ? CA_ASK_PLAIN : CA_ASK_CLEARLY;
   for (; n > 0 && k < SAMPLES && (estimate != expected || k == 0); k++) {
     if ((chunk[k] = _ca_pool_supply(SAMPLE)) == NULL) break;
     for (size_t i = 0; i < SAMPLE; i++) {
-      int c = _ca_colour_classify_n(&L.probe.base, &L.map, chunk[k] + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, false);
+      int c = _ca_colour_classify_n(&L.probe.base, &L.map, chunk[k] + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, ask);
       if (c >= 0) claims[c]++;
     }
     pages += SAMPLE;
@@ -1047,7 +1054,7 @@ int _ca_colour_of(const void* p) {
   const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
   cpu_set_t was;
   bool pinned = pin_here(&was);
-  int c = _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, true);
+  int c = _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, CA_ASK_FULLY);
   if (pinned) sched_setaffinity(0, sizeof was, &was);
   return c;
 }

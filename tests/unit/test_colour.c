@@ -295,7 +295,7 @@ static void test_live(void) {
     in_slice += want >= 0;
     bool of_slice = false;
     for (uint32_t c = 0; c < 4; c++) of_slice |= oracle(&s, map.ref[c]) == oracle(&s, pg);
-    old_wrong += !of_slice && _ca_colour_of_live(&s.base, &map, pg, mask, 3, 1, false) >= 0;
+    old_wrong += !of_slice && _ca_colour_of_live(&s.base, &map, pg, mask, 3, 1, CA_ASK_PLAIN) >= 0;
   }
   fprintf(stderr, "live test: %d of %zu pages placed right (%d in the slice's testable colours); "
           "one plain reading placed %d pages of other colours in the slice\n", right, pages.npages, in_slice, old_wrong);
@@ -404,7 +404,7 @@ static void test_partial(void) {
     if (!is_partial(&s, pg)) continue;
     partial++;
     uint64_t wrong = (uint64_t)1 << index_of[second(&s, pg)], right = (uint64_t)1 << index_of[oracle(&s, pg)];
-    plain_wrong += _ca_colour_classify_n(&s.base, &map, pg, wrong, 3, 3, false) >= 0;
+    plain_wrong += _ca_colour_classify_n(&s.base, &map, pg, wrong, 3, 3, CA_ASK_PLAIN) >= 0;
     strict_wrong += _ca_colour_classify(&s.base, &map, pg, wrong) >= 0;
     strict_right += _ca_colour_classify(&s.base, &map, pg, right) >= 0;
   }
