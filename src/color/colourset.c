@@ -76,6 +76,7 @@ static struct {
   uint32_t          failures_in_row; /* ... since the layer was last ready */
   uint32_t          retry_ms;        /* the first wait before starting again (doubles) */
   uint32_t          inject_failures; /* tests: starts to fail before measuring */
+  uint32_t          inject_no_sets;  /* tests: starts whose first discovery finds no set */
   _Atomic(uint32_t) inject_drops;    /* tests: once ready, eviction sets to lose and not find */
   char              reason[160];
 } L = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1,
@@ -385,6 +386,7 @@ static uint32_t estimate_colours_from_pages(uint32_t expected) {
    memory on the other core can be wrong for good (pv frames: no set in 20 s, 3 runs of 6): when
    a few seconds find no new colour, they are measured again. */
 static void discover_first(uint32_t expected, size_t level_bytes, uint64_t* rng) {
+  if (L.inject_no_sets > 0) { L.inject_no_sets--; return; }
   for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
     uint32_t had = L.map.ncolours;
     _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, &L.disc);
@@ -471,7 +473,10 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
     t0 = _ca_clock_ns();
     L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, level_bytes, rng) : 0;
     L.estimate_ns = _ca_clock_ns() - t0;
-    if (L.cal.colours < L.map.ncolours) { *why = "could not measure the colours of the L2"; return START_RETRY; }
+    /* no colours (fewer than two sets found: the probe could not be measured again, or every
+       search failed) is a failure too: until cb5a768 such a start was taken for a good one, and
+       the layer said "ready" with no set (1 pv packets process in 20, its spans ordinary) */
+    if (L.cal.colours < 2 || L.cal.colours < L.map.ncolours) { *why = "could not measure the colours of the L2"; return START_RETRY; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
   }
   return START_OK;
@@ -512,6 +517,11 @@ static bool start(uint64_t* rng) {
 
 void _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms) {
   L.inject_failures = n;
+  L.retry_ms = retry_ms;
+}
+
+void _ca_colour_test_no_sets(uint32_t n, uint32_t retry_ms) {
+  L.inject_no_sets = n;
   L.retry_ms = retry_ms;
 }
 

@@ -1,8 +1,8 @@
 /* The colour layer's start when a measurement fails for the moment: the worker starts again
    after a wait that doubles, the layer stays "calibrating" meanwhile (NightWatch keeps waiting
    for it), and after CA_COLOUR_START_TRIES failures in a row it is unavailable for good, saying
-   why.  Failures are injected before anything is measured (_ca_colour_test_fail_starts), or
-   once ready as eviction sets lost and not found again (_ca_colour_test_drop_sets), each case
+   why.  Failures are injected before anything is measured (_ca_colour_test_fail_starts), as a
+   first discovery that finds no set (_ca_colour_test_no_sets), or once ready as eviction sets lost and not found again (_ca_colour_test_drop_sets), each case
    in a child of its own: the worker starts once per process. */
 #include "check.h"
 #include "../../src/color/colour.h"
@@ -75,6 +75,21 @@ static int failing_twice(void* arg) {
   return check_failures;
 }
 
+/* the first discovery finds no set (every search failed, the probe not measurable again): a
+   failed start, made again, not a layer "ready" with no colours */
+static int no_sets_found(void* arg) {
+  _ca_colour_test_no_sets(1, 300);
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0);
+  sleep_ms(150);                                    /* inside the wait after it (300 ms) */
+  CHECK_EQ(_ca_colour_state(), CA_COLOURS_CALIBRATING);
+  CHECK_EQ(stats_value("colours", "start_failures"), 1);
+  CHECK(reason_is("could not measure the colours of the L2"));
+  if (_ca_colour_prepare(id, 8, 60000) == 0) CHECK(stats_value("colours", "eviction_sets") >= 2);
+  else fprintf(stderr, "test_colour_start: the real start did not finish (state %d): ready path not checked\n", _ca_colour_state());
+  return check_failures;
+}
+
 static bool wait_failures(long long n, long ms) {
   for (long t = 0; t < ms && stats_value("colours", "start_failures") < n; t += 10) sleep_ms(10);
   return stats_value("colours", "start_failures") >= n;
@@ -114,5 +129,6 @@ int main(void) {
   CHECK_EQ(fork_children(1, always_failing, NULL, "always failing"), 1);
   CHECK_EQ(fork_children(1, failing_twice, NULL, "failing twice"), 1);
   CHECK_EQ(fork_children(1, dropped_when_ready, NULL, "sets dropped when ready"), 1);
+  CHECK_EQ(fork_children(1, no_sets_found, NULL, "no sets found"), 1);
   return check_done("test_colour_start");
 }
