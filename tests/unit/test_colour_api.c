@@ -181,9 +181,13 @@ int main(int argc, char** argv) {
        3), reported here.  2 of 6 placed pages in the first eighth is what a pure pool shows one
        time in nine when the check misplaces 1 page in 10: fewer than 8 placed is not judged. */
     int placed = 0, in_first = 0, ctl_placed = 0, ctl_first = 0;
-    bool impure = false, eager = false;
-    for (int tries = 0; tries < 3 && (tries == 0 || placed < 8 || impure); tries++) {
+    bool impure = false, eager = false, clean_before = false;
+    /* the pool's pages stay where they are: one that read clean (4 or more placed, none in the
+       first eighth) and then impure is read once more (a CI run on the Zen 5 host: 0 of 4, 0
+       of 4, then 22 of 26 with a control of 5 of 16) */
+    for (int tries = 0; (tries < 3 || (tries < 4 && impure && clean_before)) && (tries == 0 || placed < 8 || impure); tries++) {
       if (tries > 0) sleep(1);
+      clean_before = clean_before || (placed >= 4 && in_first == 0);
       in_first = first_eighth(other, colours, &placed);
       fprintf(stderr, "test_colour_api: %d of 64 pages of the other 7/8 placed by the live check, %d in the first eighth\n", placed, in_first);
       impure = in_first * 4 > placed;
