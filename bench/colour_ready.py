@@ -8,7 +8,8 @@ Each process is `pv WORKLOAD --frames=200 --settle-ms=20000` under LD_PRELOAD=LI
 pv waits up to 20 s for the restrictive pool.  The colour layer's state, eviction sets and
 ready time are read from CHROMALLOC_STATS.  A change to the timing probe, or anything that moves
 its code, should be checked with this against the build before it (docs/colours.md).  The
-worker's CPU time (worker_cpu_ms) and its eviction-set builds are printed too."""
+worker's CPU time (worker_cpu_ms), its eviction-set builds and the colour-count estimate
+(estimated, over how many chunks, whether a second try ran) are printed too."""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +44,8 @@ def main():
                 print(f"round {r + 1} {name}: {c.get('state')} sets {c.get('eviction_sets', '-')} "
                       f"ready_ms {c.get('ready_ms', '-')} worker_cpu_ms {c.get('worker_cpu_ms', '-')} "
                       f"set builds {c.get('set_builds', '-')} failed {c.get('set_build_failures', '-')} "
+                      f"estimated {c.get('estimated', '-')} over {c.get('estimate_chunks', '-')} chunks "
+                      f"second try {c.get('probe_remeasured', '-')} "
                       f"start_failures {c.get('start_failures', '-')} "
                       f"reason {c.get('reason') or '-'}", flush=True)
     for name, runs in seen.items():

@@ -708,17 +708,14 @@ static void worker(int here);
 
 /* The worker's CPU time so far (ns): its cost to the machine, on a CPU the program may want. */
 static uint64_t worker_cpu_ns(void) {
-  struct timespec t;
-  if (atomic_load(&L.worker_alive) && clock_gettime(L.worker_clock, &t) == 0)
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-  return L.worker_cpu_ns;
+  uint64_t ns;
+  return atomic_load(&L.worker_alive) && _ca_clock_read_ns(L.worker_clock, &ns) ? ns : L.worker_cpu_ns;
 }
 
 static void* worker_main(void* arg) {
   if (pthread_getcpuclockid(pthread_self(), &L.worker_clock) == 0) atomic_store(&L.worker_alive, true);
   worker((int)(intptr_t)arg);
-  struct timespec t;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0) L.worker_cpu_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+  _ca_clock_read_ns(CLOCK_THREAD_CPUTIME_ID, &L.worker_cpu_ns);
   atomic_store(&L.worker_alive, false);
   return NULL;
 }

@@ -137,9 +137,10 @@ int _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint6
   evicts_t evicts = p->evicts;
   if (p->evicts_clearly && !p->search_plainly && p->evicts_clearly(p, r, (void* const*)cand, (size_t)n)) evicts = p->evicts_clearly;
   else if (!p->evicts(p, r, (void* const*)cand, (size_t)n)) return -1;
-  if (!p->evicts_clearly) return search(p, evicts, r, cand, n, ways, rng);
-  p->plain_searches += evicts == p->evicts;
   int k = search(p, evicts, r, cand, n, ways, rng);
-  judge(p, k == ways);
+  if (p->evicts_clearly) {
+    p->plain_searches += evicts == p->evicts;
+    judge(p, k == ways);
+  }
   return k;
 }

@@ -153,6 +153,11 @@ static bool timing_evicts_fully(ca_probe_t* p, void* r, void* const* pages, size
    high reading the low state never cleared it (2 processes in 16 found no set in 20 s). */
 #define CA_CLEAR_MARGIN 30
 
+/* what streaming the level did to R's chase, in % of the quiet chase (0: not measured) */
+static uint32_t stream_pct(const ca_timing_probe_t* tp) {
+  return tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : 0;
+}
+
 static uint32_t clear_for(uint32_t effect, uint32_t rule) {
   uint32_t c = 100 + (effect > 100 ? (effect - 100) * 4 / 5 : 0);
   return c < rule ? rule : c > rule + CA_CLEAR_MARGIN ? rule + CA_CLEAR_MARGIN : c;
@@ -220,8 +225,8 @@ static void timing_recalibrate(ca_probe_t* p, void* const* refs, void* const (*s
   uint32_t r = set_effect(tp, refs, sets, n, ways);
   tp->set_ratio_pct = r;
   tp->full_pct = 100 + (r > 100 ? (r - 100) * 4 / 5 : 0);
-  uint32_t stream = tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : r;
-  if (stream < r) r = stream;
+  uint32_t stream = stream_pct(tp);
+  if (stream != 0 && stream < r) r = stream;
   if (r >= 140) tp->ratio_pct = rule_for(r);                 /* clearly apart */
   tp->clear_pct = clear_for(tp->set_ratio_pct, tp->ratio_pct);
 }
@@ -308,11 +313,11 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
     tp->miss_ticks = miss[41 / 4];
     apart = tp->miss_ticks > tp->hit_ticks + tp->hit_ticks / 2;   /* at least 1.5x apart */
   }
-  tp->ratio_pct = rule_for(tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : 200);
+  tp->ratio_pct = rule_for(stream_pct(tp) ? stream_pct(tp) : 200);
   tp->threshold = (uint32_t)((uint64_t)tp->hit_ticks * tp->ratio_pct / 100);
   tp->set_ratio_pct = 0;
   tp->full_pct = 0;
-  tp->clear_pct = clear_for(tp->hit_ticks ? (uint32_t)((uint64_t)tp->miss_ticks * 100 / tp->hit_ticks) : 0, tp->ratio_pct);
+  tp->clear_pct = clear_for(stream_pct(tp), tp->ratio_pct);
   _ca_os_unmap(mem, stream_bytes);
   return apart;
 #endif

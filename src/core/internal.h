@@ -7,6 +7,7 @@
 #include "types.h"
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 /* Everything declared below is internal to the library: hidden symbols are reached directly
    (RIP-relative), not through the GOT. */
@@ -156,6 +157,7 @@ bool     _ca_os_move(void* from, void* to, size_t size);       /* mremap: pages 
 long     _ca_syscall6(long nr, long a, long b, long c, long d, long e, long f);
 uint64_t _ca_clock_ms(void);                                /* coarse, cheap */
 uint64_t _ca_clock_ns(void);
+bool     _ca_clock_read_ns(clockid_t clock, uint64_t* ns);     /* any clock (a thread's CPU time) */
 void     _ca_os_random(void* buf, size_t len);
 size_t   _ca_os_rss_peak(void);                             /* bytes, from getrusage */
 size_t   _ca_os_rss_now(void);                              /* bytes, from /proc/self/statm */

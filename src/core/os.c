@@ -96,10 +96,17 @@ uint64_t _ca_clock_ms(void) {
   return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
-uint64_t _ca_clock_ns(void) {
+bool _ca_clock_read_ns(clockid_t clock, uint64_t* ns) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+  if (clock_gettime(clock, &t) != 0) return false;
+  *ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+  return true;
+}
+
+uint64_t _ca_clock_ns(void) {
+  uint64_t ns = 0;
+  _ca_clock_read_ns(CLOCK_MONOTONIC, &ns);
+  return ns;
 }
 
 void _ca_os_random(void* buf, size_t len) {
