@@ -49,7 +49,7 @@ static uint64_t rnd(uint64_t* s) {
 /* Yes when the first of `confirm` tests says so and `need` of them do (stopping as soon as the
    answer is known): a page of another colour is turned away by one test, the usual case.  The
    probe's plain question where it lacks the one asked. */
-static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_t ways, int confirm, int need, ca_ask_t ask) {
+bool _ca_evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, size_t ways, int confirm, int need, ca_ask_t ask) {
   bool (*test)(ca_probe_t*, void*, void* const*, size_t) =
     ask == CA_ASK_FULLY && p->evicts_fully ? p->evicts_fully : ask == CA_ASK_CLEARLY && p->evicts_clearly ? p->evicts_clearly : p->evicts;
   int yes = 0;
@@ -67,7 +67,7 @@ static bool evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, uint32_
 int _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, ca_ask_t ask) {
   p->prepare(p, page);
   for (uint32_t c = 0; c < map->ncolours; c++)
-    if ((mask >> c) & 1 && evicts_confirmed(p, page, (void* const*)map->set[c], map->ways, confirm, need, ask)) return (int)c;
+    if ((mask >> c) & 1 && _ca_evicts_confirmed(p, page, (void* const*)map->set[c], map->ways, confirm, need, ask)) return (int)c;
   return -1;
 }
 
@@ -95,7 +95,7 @@ int _ca_colour_find(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint6
     }
     if (n == 0 || (n > 1 && !p->evicts(p, page, (void* const*)group, n * map->ways))) continue;
     for (uint32_t k = 0; k < n; k++)
-      if (evicts_confirmed(p, page, (void* const*)map->set[members[k]], map->ways, CONFIRM, CONFIRM, CA_ASK_FULLY)) return (int)members[k];
+      if (_ca_evicts_confirmed(p, page, (void* const*)map->set[members[k]], map->ways, CONFIRM, CONFIRM, CA_ASK_FULLY)) return (int)members[k];
   }
   return -1;
 }
@@ -118,7 +118,7 @@ int _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* pa
     memcpy(trial, map->set[c], map->ways * sizeof(void*));
     trial[0] = (void*)page;
     p->prepare(p, map->ref[c]);
-    if (!evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, confirm, need, ask)) continue;
+    if (!_ca_evicts_confirmed(p, map->ref[c], (void* const*)trial, map->ways, confirm, need, ask)) continue;
     if (found >= 0) return -1;
     found = (int)c;
   }
@@ -313,7 +313,7 @@ static uint32_t drop_wide(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t*
     sample++;
     p->prepare(p, src->pages[i]);
     for (uint32_t c = first; c < map->ncolours; c++)
-      claims[c] += evicts_confirmed(p, src->pages[i], (void* const*)map->set[c], map->ways, CONFIRM, 2, CA_ASK_PLAIN);
+      claims[c] += _ca_evicts_confirmed(p, src->pages[i], (void* const*)map->set[c], map->ways, CONFIRM, 2, CA_ASK_PLAIN);
   }
   bool alive[CA_COLOURS_MAX];
   uint32_t limit = sample * 3 / (2 * expected) + 4, dropped = 0;

@@ -137,6 +137,19 @@ int      _ca_colour_find(ca_probe_t* p, const ca_colour_map_t* map, void* page, 
 typedef enum { CA_ASK_PLAIN, CA_ASK_FULLY, CA_ASK_CLEARLY } ca_ask_t;
 int      _ca_colour_classify_n(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask, int confirm, int need, ca_ask_t ask);
 int      _ca_colour_of_live(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask, int confirm, int need, ca_ask_t ask);
+/* `need` of `confirm` tests ask `ask` and say yes, the first among them (calibrate.c) */
+bool     _ca_evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, size_t ways, int confirm, int need, ca_ask_t ask);
+
+/* ---- the slice audit (audit.c): a small slice's pool judged by its own pages ------------- */
+#define CA_AUDIT_MAX 256                       /* pages in a group at most */
+typedef struct ca_audit_group_s {
+  void*    page[CA_AUDIT_MAX];                 /* out of every pool while in the group */
+  uint32_t n;                                  /* members */
+  bool     valid;                              /* judged: its members evict one another */
+  uint32_t judged;                             /* judgements made */
+} ca_audit_group_t;
+bool     _ca_audit_evicts(ca_probe_t* p, void* const* g, size_t n, void* page, bool clearly);
+bool     _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays);
 /* protection's test of a live page (calibrate.c): a rule per colour, measured before a batch */
 typedef struct ca_live_rule_s {
   uint32_t mid_pct;                            /* above: the page is of the colour */

@@ -33,6 +33,9 @@ typedef struct ca_colour_set_s {
   ca_page_pool_t pool;
   size_t        target;          /* pages to keep in stock */
   uint64_t      fallback_spans, filled_spans, dropped_pages;
+  ca_audit_group_t audit;        /* a small slice's group (audit.c), out of the pool; the worker's */
+  bool          unvouched;       /* a small slice whose group has not vouched for its pool yet:
+                                    none of its pages is handed out (L.lock) */
 } ca_colour_set_t;
 
 static struct {
@@ -55,6 +58,8 @@ static struct {
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped, backoffs;
   uint64_t          frames_kept;     /* recoloured pages' old frames pooled (protection's moves) */
+  uint64_t          audit_judged, audit_invalid, audit_strays;   /* the slice audit's groups */
+  uint64_t          audit_pages, audit_turned_away;   /* pages it was asked about */
   uint64_t          quiet_ns, classify_ns, held_ns;
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
@@ -122,6 +127,8 @@ static uint64_t range_mask(uint32_t lo, uint32_t hi) {
 
 /* ---- the worker ---------------------------------------------------------------------------- */
 
+static uint32_t audit_need(const ca_colour_set_t* s);
+
 static uint32_t colours_needed(void) {
   uint32_t need = 0, C = L.cal.colours;
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {
@@ -131,6 +138,7 @@ static uint32_t colours_needed(void) {
     set_range(s, C, &lo, &hi);
     s->by_elimination = hi - lo > C / 2;
     s->mask = range_mask(lo, hi);
+    s->unvouched = audit_need(s) > 0 && !s->audit.valid;
     /* elimination needs the sets of the colours outside the slice: below lo, and up to C when
        the slice ends before the last colour (7/8 of 16 from 2/16 on needs 2 sets, not 16) */
     uint32_t n = !s->by_elimination ? hi : hi >= C ? lo : C;
@@ -249,16 +257,116 @@ static void pool_put(int i, void* page) {
   _ca_unlock(&L.lock);
 }
 
+/* ---- the slice audit (audit.c) ------------------------------------------------------------ */
+
+/* Pages of a small slice's group: twice what its colours hold in the level; 0 for a set that is
+   no small slice (by elimination, or more than a quarter of the colours). */
+static uint32_t audit_need(const ca_colour_set_t* s) {
+  uint32_t k = (uint32_t)__builtin_popcountll(s->mask), need = 2 * k * L.map.ways;
+  return s->used && !s->by_elimination && k > 0 && k * 4 <= L.cal.colours && need <= CA_AUDIT_MAX ? need : 0;
+}
+
+/* The colours of the sets by elimination (their own, not the ones they exclude). */
+static uint64_t elimination_colours(void) {
+  uint64_t m = 0;
+  for (int i = 1; i <= CA_COLOUR_SETS; i++)
+    if (L.sets[i].used && L.sets[i].by_elimination) m |= L.sets[i].mask;
+  return m;
+}
+
+/* Does group g speak for a page of colour c (-1: none, for elimination)?  1: the page must be of
+   its slice (c is one of its colours), 0: must not be (for elimination, the slice lying
+   outside the elimination sets' colours), -1: it does not speak for the page. */
+static int audit_wants(const ca_colour_set_t* g, int c, uint64_t elim) {
+  if (!g->audit.valid) return -1;
+  if (c >= 0) return (g->mask >> c) & 1 ? 1 : -1;
+  return c == -1 && (g->mask & elim) == 0 ? 0 : -1;
+}
+
+/* The audit's verdict on a page classified as colour c (-1: none): c, or -2 when a valid group
+   speaking for it disagrees (the page is turned away: a page costs less than a pool's purity). */
+static int audited(void* page, int c) {
+  uint64_t elim = elimination_colours();
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    const ca_colour_set_t* g = &L.sets[i];
+    int want = audit_wants(g, c, elim);
+    if (want < 0) continue;
+    L.audit_pages++;
+    if (_ca_audit_evicts(&L.probe.base, (void* const*)g->audit.page, g->audit.n, page, want == 1) != (want == 1)) {
+      L.audit_turned_away++;
+      return -2;
+    }
+  }
+  return c;
+}
+
+/* Audit the pages pooled for set i (its pool is drained meanwhile and refilled with the pages
+   that pass; `c`: a colour of the set, or -1 for a set by elimination). */
+static void audit_pool(int i, int c, uint64_t* rng) {
+  ca_page_pool_t kept = {0};
+  for (void* page; (page = pool_take(i, rng)) != NULL;) {
+    bool ok = audited(page, c) == c;
+    _ca_lock(&L.lock);
+    if (!ok || !_ca_pool_push(&kept, page)) { _ca_pool_drop(page); L.sets[i].dropped_pages++; }
+    _ca_unlock(&L.lock);
+  }
+  _ca_lock(&L.lock);
+  for (void* page; (page = _ca_pool_pop(&kept)) != NULL;)
+    if (!_ca_pool_push(&L.sets[i].pool, page)) _ca_pool_drop(page);
+  _ca_unlock(&L.lock);
+  if (kept.pages) _ca_os_unmap(kept.pages, kept.cap * sizeof(void*));
+}
+
+/* Form and judge the groups of small slices whose pools have the pages for one, in a quiet
+   moment (else later).  A valid group then audits what was pooled before it: its own set's
+   pages and the elimination sets'.  False: a group was not of few colours, and its pool is
+   dropped (the sets that stocked it were wrong: the caller's suspicion). */
+static bool audit_groups(uint64_t* rng) {
+  bool quiet = false;
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    ca_audit_group_t* g = &s->audit;
+    uint32_t need = audit_need(s);
+    if (need == 0 || (g->valid && g->n * 4 >= need * 3) || s->pool.count + g->n < need) continue;
+    if (!quiet && !(quiet = quiet_window())) return true;
+    while (g->n < need) {
+      void* page = pool_take(i, rng);
+      if (page == NULL) break;
+      g->page[g->n++] = page;
+    }
+    uint32_t strays = 0;
+    bool ok = _ca_audit_judge(&L.probe.base, g, &strays);
+    L.audit_judged++;
+    _ca_lock(&L.lock);
+    for (uint32_t k = 0; k < strays; k++) _ca_pool_drop(g->page[g->n + k]);
+    if (!ok) {
+      while (g->n > 0) _ca_pool_drop(g->page[--g->n]);
+      for (void* page; (page = _ca_pool_pop(&s->pool)) != NULL;) { _ca_pool_drop(page); s->dropped_pages++; }
+    }
+    _ca_unlock(&L.lock);
+    L.audit_strays += strays;
+    if (!ok) { L.audit_invalid++; return false; }
+    audit_pool(i, __builtin_ctzll(s->mask), rng);
+    for (int j = 1; j <= CA_COLOUR_SETS; j++)
+      if (L.sets[j].used && L.sets[j].by_elimination && (L.sets[j].mask & s->mask) == 0) audit_pool(j, -1, rng);
+    _ca_lock(&L.lock);
+    s->unvouched = false;
+    _ca_unlock(&L.lock);
+  }
+  return true;
+}
+
 /* The pool's re-test: is the page (a pool page: its contents are overwritten) of set i?  One
-   strict classification, and a second against all of the mask's colours when the first says no. */
+   strict classification, and a second against all of the mask's colours when the first says
+   no; then the slice audit's verdict, where a group speaks for the set. */
 static bool of_set(int i, void* page) {
   const ca_colour_set_t* s = &L.sets[i];
   uint64_t m = s->by_elimination ? ~s->mask : s->mask;
   int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & known_colours());
   bool ok = s->by_elimination ? c < 0 : c >= 0;
   if (!ok) ok = s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
-                                  : _ca_colour_classify(&L.probe.base, &L.map, page, m) >= 0;
-  return ok;
+                                  : (c = _ca_colour_classify(&L.probe.base, &L.map, page, m)) >= 0;
+  return ok && audited(page, s->by_elimination ? -1 : c) != -2;
 }
 
 /* Re-test a few pooled pages of each set; drop those no longer of the set. */
@@ -328,8 +436,13 @@ static void forget_sets(void) {
 
 static void drop_sets(void) {
   _ca_lock(&L.lock);
-  for (int i = 1; i <= CA_COLOUR_SETS; i++)
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
     for (void* page; (page = _ca_pool_pop(&L.sets[i].pool)) != NULL;) _ca_pool_drop(page);
+    ca_audit_group_t* g = &L.sets[i].audit;
+    while (g->n > 0) _ca_pool_drop(g->page[--g->n]);
+    g->valid = false;
+    L.sets[i].unvouched = audit_need(&L.sets[i]) > 0;
+  }
   L.set_rebuilds++;
   _ca_unlock(&L.lock);
   forget_sets();
@@ -770,6 +883,7 @@ static void worker(int here) {
     bool suspect = false, slow = false, judged_ok = false;
     int since_quiet = QUIET_EVERY;
     while (pools_short(gen) && !suspect && !slow) {
+      if (!audit_groups(&rng)) { suspect = true; break; }
       uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
       if (chunk == NULL) break;
       for (size_t b = 0; b < STOCK_CHUNK; b += BATCH) {
@@ -799,6 +913,7 @@ static void worker(int here) {
         for (size_t i = 0; i < BATCH; i++) {
           colour[i] = _ca_colour_find(&L.probe.base, &L.map, chunk + (b + i) * CA_OS_PAGE, mask);
           if (colour[i] < 0) colour[i] = eliminate ? excluded(chunk + (b + i) * CA_OS_PAGE, excl) : -2;
+          if (colour[i] != -2) colour[i] = audited(chunk + (b + i) * CA_OS_PAGE, colour[i]);
         }
         L.classified += BATCH;
         L.classify_ns += _ca_clock_ns() - tc;
@@ -852,6 +967,7 @@ static void worker(int here) {
     }
     release_rejected(&rejected);
     if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
+    if (!suspect && !slow && !audit_groups(&rng)) suspect = true;   /* a pool that just filled */
     L.suspicions += suspect;
     if (_ca_colour_suspect(&L.suspected, suspect, judged_ok)) drop_sets();
     else if (suspect) slow = true;                   /* the first: a back-off, the sets kept */
@@ -880,7 +996,7 @@ static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
   if (flavour > CA_COLOUR_SETS) return false;
   ca_colour_set_t* s = &L.sets[flavour];
   _ca_lock(&L.lock);
-  bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && _ca_pool_fill(&s->pool, base, bytes);
+  bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && !s->unvouched && _ca_pool_fill(&s->pool, base, bytes);
   if (ok) s->filled_spans++; else s->fallback_spans++;
   /* the stock must cover the biggest request seen (up to STOCK_MAX): the next one of that size
      is then filled */
@@ -1034,7 +1150,7 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
     int st = atomic_load_explicit(&L.state, ca_acquire);
     if (st == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
     _ca_lock(&L.lock);
-    size_t have = L.sets[id].pool.count;
+    size_t have = L.sets[id].unvouched ? 0 : L.sets[id].pool.count;
     _ca_unlock(&L.lock);
     if (st == CA_COLOURS_READY && have >= pages) return 0;
     if (_ca_clock_ms() >= deadline) { errno = ETIMEDOUT; return -1; }
@@ -1087,7 +1203,7 @@ int _ca_colour_in_set(const void* p, int id) {
 void* _ca_colour_take_page(int id) {
   if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return NULL;
   _ca_lock(&L.lock);
-  void* p = _ca_pool_pop(&L.sets[id].pool);
+  void* p = L.sets[id].unvouched ? NULL : _ca_pool_pop(&L.sets[id].pool);
   _ca_unlock(&L.lock);
   wake_worker();
   return p;
@@ -1165,6 +1281,12 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
   ca_buf_str(b, ",\"frames_kept\":"); ca_buf_u64(b, L.frames_kept);
   ca_buf_str(b, ",\"frames_rejected\":"); ca_buf_u64(b, K.rejected);
+  ca_buf_str(b, ",\"audit\":{\"groups_judged\":"); ca_buf_u64(b, L.audit_judged);
+  ca_buf_str(b, ",\"groups_invalid\":"); ca_buf_u64(b, L.audit_invalid);
+  ca_buf_str(b, ",\"strays\":"); ca_buf_u64(b, L.audit_strays);
+  ca_buf_str(b, ",\"pages\":"); ca_buf_u64(b, L.audit_pages);
+  ca_buf_str(b, ",\"turned_away\":"); ca_buf_u64(b, L.audit_turned_away);
+  ca_buf_str(b, "}");
   ca_buf_str(b, ",\"live_rules\":"); ca_buf_u64(b, L.live_rules);
   ca_buf_str(b, ",\"live_rules_unusable\":"); ca_buf_u64(b, L.live_unusable);
   ca_buf_str(b, ",\"live_control_fails\":"); ca_buf_u64(b, L.live_control_fails);

@@ -185,6 +185,62 @@ static void test_reduce_clear_rule_too_high(bool (*too_clearly)(ca_probe_t*, voi
 
 static bool sim_never(ca_probe_t* p, void* r, void* const* pages, size_t n) { p->tests++; return false; }
 
+/* The slice audit (audit.c): a group of a 1/8 slice's pages, a fifth of them strays of other
+   colours, is valid, loses exactly its strays, and then tells the slice's pages from the rest
+   (evicted clearly, or not at the plain rule); a group of random pages is not valid (its
+   members do not evict one another); and in a loud moment, when every test reads "evicted", no
+   page passes as one of no slice colour. */
+static void test_audit(double noise) {
+  sim_t s = sim(16, 16, noise);
+  s.base.evicts_clearly = sim_evicts_fully;
+  ca_page_source_t src = fake_source(4096, 0x700000000ull);
+  ca_audit_group_t g = { .n = 0 };
+  uint32_t pure = 0, stray = 0;
+  for (size_t i = 0; i < src.npages && g.n < 64; i++) {
+    bool of_slice = oracle(&s, src.pages[i]) < 2;
+    if (of_slice ? pure < 52 : stray < 12) { g.page[g.n++] = src.pages[i]; pure += of_slice; stray += !of_slice; }
+  }
+  uint32_t strays = 0;
+  CHECK(_ca_audit_judge(&s.base, &g, &strays));
+  CHECK(g.valid);
+  uint32_t kept_strays = 0, dropped_pure = 0;
+  for (uint32_t i = 0; i < g.n; i++) kept_strays += oracle(&s, g.page[i]) >= 2;
+  for (uint32_t i = g.n; i < g.n + strays; i++) dropped_pure += oracle(&s, g.page[i]) < 2;
+  int wrong_in = 0, wrong_out = 0, in = 0, pages = 0;
+  for (size_t i = 2048; i < 2048 + 400; i++) {
+    bool of_slice = oracle(&s, src.pages[i]) < 2;
+    bool says_in = _ca_audit_evicts(&s.base, g.page, g.n, src.pages[i], true);
+    bool says_out = !_ca_audit_evicts(&s.base, g.page, g.n, src.pages[i], false);
+    wrong_in += says_in && !of_slice;
+    wrong_out += says_out && of_slice;
+    in += of_slice;
+    pages++;
+  }
+  fprintf(stderr, "audit (noise %.2f): group of %u (%u strays): %u strays left, %u of the slice dropped; "
+          "of %d pages (%d of the slice) %d taken for the slice wrongly, %d for none wrongly\n", noise, pure + stray, stray,
+          kept_strays, dropped_pure, pages, in, wrong_in, wrong_out);
+  CHECK(in > 20);
+  if (noise == 0) {
+    CHECK_EQ(kept_strays, 0);
+    CHECK_EQ(dropped_pure, 0);
+    CHECK_EQ(wrong_in + wrong_out, 0);
+  } else {
+    CHECK(kept_strays <= 1 && dropped_pure <= 2);
+    CHECK(wrong_in + wrong_out <= pages / 25);
+  }
+  /* random pages: about 4 of each colour, fewer than the 16 ways */
+  ca_audit_group_t r = { .n = 0 };
+  for (size_t i = 3000; i < 3064; i++) r.page[r.n++] = src.pages[i];
+  CHECK(!_ca_audit_judge(&s.base, &r, &strays));
+  CHECK(!r.valid && r.n == 64);
+  /* a loud moment: every test says "evicted" */
+  s.base.evicts = s.base.evicts_clearly = sim_always;
+  int said_out = 0;
+  for (size_t i = 2048; i < 2048 + 100; i++) said_out += !_ca_audit_evicts(&s.base, g.page, g.n, src.pages[i], false);
+  CHECK_EQ(said_out, 0);
+  free_source(&src);
+}
+
 static void test_reduce_adding_up(void) {
   int tries = 60, plain = reduce_exact(false, tries), clearly = reduce_exact(true, tries);
   fprintf(stderr, "reduce, partial pages adding up: %d of %d exact sets asking plainly, %d asking clearly\n",
@@ -752,5 +808,7 @@ int main(void) {
   test_protect_syscalls();
   test_stock_progress();
   test_trim();
+  test_audit(0);
+  test_audit(0.01);
   return check_done("test_colour");
 }

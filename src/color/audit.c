@@ -1,0 +1,63 @@
+/* The slice audit: a small slice's pages judged by what they do to one another in the L2,
+   without eviction sets.
+
+   A slice of k colours holds k x ways pages in the level at once.  A group of twice as many
+   pages from its pool (ca_audit_group_t), read, evicts every line of those colours: a page the
+   group evicts clearly is of the slice, and a page it leaves in the level is not, whatever the
+   eviction sets that stocked the pool said.  Only the pool's majority has to be right: a group
+   of which a fifth are strays of other colours still holds about 25 pages of each of a 1/8
+   slice's two colours (16-way L2), and its strays, a page or two per other colour, evict
+   nothing.  So the group is judged first, each member against the others: when fewer than
+   half of them are evicted, the pool is not of few colours (the sets that stocked it were
+   wrong), else the members left in the level are strays and leave the group.  (At 3/4, with
+   two clear readings asked of each member, 1 test_colour_api process in 6 judged six groups in
+   a row invalid and got no stock in 60 s; a pool of random pages has about none evicted.)
+
+
+   Why: the sets' tests err both ways on this host, and their errors gather in the pools.  Read
+   by timing alone (bench/colour_purity.py, docs/colours.md "The slice audit"), before the audit
+   a 7/8 block evicted by a 1/8 block in more than 1/16 of its pages (random pages: 1/8) in 4 of
+   19 processes on the Zen 5 host; with it, in 0 of 16.
+
+   The probe's questions, one test each: a page of the slice must be evicted *clearly* (item 4
+   of docs/colours.md), a page for elimination must not be evicted at the plain rule.  Two
+   tests each (of the slice twice clearly, of none twice "no") cost the worker 1.0 s more CPU
+   per pv messages process than no audit (median 2.8 s against 1.8 s, 8 interleaved rounds). */
+#include "colour.h"
+
+/* Does reading group g[0..n) evict `page` (clearly, or at the plain rule)?  `page` becomes a
+   probe reference (its contents are overwritten); it must not be one of g[0..n). */
+bool _ca_audit_evicts(ca_probe_t* p, void* const* g, size_t n, void* page, bool clearly) {
+  p->prepare(p, page);
+  return _ca_evicts_confirmed(p, page, g, n, 1, 1, clearly ? CA_ASK_CLEARLY : CA_ASK_PLAIN);
+}
+
+/* Judge the group's members, each against the others; strays (members the others do not
+   evict even at the plain rule) move to the end of g->page and out of the group (*nstrays of
+   them, from g->page[g->n]).  A group whose members the others evict clearly in fewer than
+   half of cases is not of few colours: invalid, its members left as they were. */
+bool _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays) {
+  bool stray[CA_AUDIT_MAX];
+  uint32_t evicted = 0;
+  *nstrays = 0;
+  for (uint32_t i = 0; i < g->n; i++) {
+    void* m = g->page[i];
+    g->page[i] = g->page[g->n - 1];              /* the others: the group without member i */
+    bool clear = _ca_audit_evicts(p, g->page, g->n - 1, m, true);
+    stray[i] = !clear && !_ca_audit_evicts(p, g->page, g->n - 1, m, false);
+    g->page[g->n - 1] = g->page[i];
+    g->page[i] = m;
+    evicted += clear;
+  }
+  g->judged++;
+  if (evicted * 2 < g->n) { g->valid = false; return false; }
+  for (uint32_t i = g->n; i-- > 0;)
+    if (stray[i]) {
+      void* m = g->page[i];
+      g->page[i] = g->page[--g->n];
+      g->page[g->n] = m;
+      ++*nstrays;
+    }
+  g->valid = true;
+  return true;
+}
