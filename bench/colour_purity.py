@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Are the colour pools what chromalloc says, by what their pages do in the L2?  Builds of
+chromalloc compared in interleaved rounds (one process of each per round, so the host's moods fall
+on all).
+
+  python3 bench/colour_purity.py [--rounds 12] NAME=LIB.so [NAME=LIB.so ...]
+
+Each process is build/bench/purity (bench/colour/purity.c, built here) under LD_PRELOAD=LIB: it
+stocks a 1/8 and a 7/8 colour slice and reads blocks of them by timing alone
+(bench/colour/l2reading.h).  A run is *sane* when ordinary pages read as L2 hits and the 1/8
+polluter evicts 6 or more of 8 pages of another 1/8 block.  Of the sane runs, counted bad: the 1/8
+block of twice the slice's size does not evict itself (fewer than 3/4 of its pages slow: the 1/8
+pool is not of few colours), the polluter evicts more than 1/16 of a 7/8 block's pages that read
+fast before it (the 7/8 pool holds pages of the first eighth), or a quarter or more of the 7/8
+block's pages evict one another (the 7/8 block is of few colours).  The colour layer's ready time
+and worker CPU come from CHROMALLOC_STATS.  See docs/colours.md, "The slice audit"."""
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROG = ROOT / "build" / "bench" / "purity"
+
+
+def build():
+    PROG.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [os.environ.get("CC", "cc"), "-O2", "-std=gnu11", "-Wall", "-Wextra", f"-I{ROOT / 'include'}", "-o", str(PROG),
+           str(ROOT / "bench" / "colour" / "purity.c"), f"-L{ROOT / 'build'}", f"-Wl,-rpath,{ROOT / 'build'}", "-lchromalloc"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"colour_purity: build failed: {' '.join(cmd)}\n{r.stderr}")
+
+
+def one(lib, stats):
+    env = dict(os.environ, LD_PRELOAD=lib, CHROMALLOC_STATS=stats)
+    try:
+        out = subprocess.run([str(PROG)], env=env, capture_output=True, text=True, timeout=300, check=True).stdout
+        m = re.search(r"^PURITY (.*)$", out, re.M)
+        v = {k: int(x) for k, x in (f.split("=") for f in m.group(1).split())}
+        c = json.load(open(stats))["colours"]
+        v.update(ready_ms=c.get("ready_ms"), worker_cpu_ms=c.get("worker_cpu_ms"))
+        return v
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, AttributeError) as e:
+        return {"failed": e.__class__.__name__}
+
+
+def verdict(v):
+    if "failed" in v:
+        return "failed"
+    n = v["pages"]
+    if v["ordinary_slow"] * 4 > n or v["small_evicted"] < 6:
+        return "not sane"
+    bad = [w for w, b in (("1/8 spread", v["slice_self"] * 4 < n * 3), ("7/8 impure", v["rest_evicted"] * 16 > n),
+                          ("7/8 of few colours", v["rest_self"] * 4 >= n)) if b]
+    return "bad: " + ", ".join(bad) if bad else "ok"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("libs", nargs="+", metavar="NAME=LIB.so")
+    a = ap.parse_args()
+    libs = [s.split("=", 1) for s in a.libs]
+    if a.rounds < 1 or any(len(x) != 2 or not os.path.isfile(x[1]) for x in libs):
+        sys.exit("colour_purity: need --rounds >= 1 and NAME=LIB.so with existing files")
+    build()
+    seen = {n: [] for n, _ in libs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            for name, lib in libs:
+                v = one(os.path.abspath(lib), os.path.join(tmp, "s.json"))
+                v["verdict"] = verdict(v)
+                seen[name].append(v)
+                print(f"round {r + 1} {name}: {v['verdict']}  " + " ".join(f"{k}={x}" for k, x in v.items() if k != "verdict"), flush=True)
+    for name, runs in seen.items():
+        sane = [v for v in runs if v["verdict"] not in ("not sane", "failed")]
+        bad = [v for v in sane if v["verdict"] != "ok"]
+        kinds = {k: sum(k in v["verdict"] for v in bad) for k in ("1/8 spread", "7/8 impure", "7/8 of few colours")}
+        cpu = [v["worker_cpu_ms"] for v in runs if v.get("worker_cpu_ms") is not None]
+        ready = [v["ready_ms"] for v in runs if v.get("ready_ms")]
+        print(f"{name}: bad in {len(bad)} of {len(sane)} sane runs ({', '.join(f'{k} {x}' for k, x in kinds.items())}; "
+              f"{len(runs) - len(sane)} not sane or failed)"
+              + (f", median ready {statistics.median(ready) / 1000:.1f} s" if ready else "")
+              + (f", median worker CPU {statistics.median(cpu) / 1000:.1f} s" if cpu else ""))
+
+
+if __name__ == "__main__":
+    main()
