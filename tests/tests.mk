@@ -6,15 +6,15 @@ TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-alloc-s
 TEST_BIN   = $(BUILD)/tests
 ABS_SO     = $(abspath $(SO))
 
-$(TEST_BIN)/%-plain: tests/unit/%.c tests/unit/check.h
+$(TEST_BIN)/%-plain: tests/unit/%.c tests/unit/check.h bench/colour/l2reading.h
 	@mkdir -p $(TEST_BIN)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -ldl
 
-$(TEST_BIN)/%-shared: tests/unit/%.c tests/unit/check.h $(SO)
+$(TEST_BIN)/%-shared: tests/unit/%.c tests/unit/check.h bench/colour/l2reading.h $(SO)
 	@mkdir -p $(TEST_BIN)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) -lchromalloc -ldl
 
-$(TEST_BIN)/%-static: tests/unit/%.c tests/unit/check.h $(AR_LIB)
+$(TEST_BIN)/%-static: tests/unit/%.c tests/unit/check.h bench/colour/l2reading.h $(AR_LIB)
 	@mkdir -p $(TEST_BIN)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -Wl,--whole-archive $(AR_LIB) -Wl,--no-whole-archive -ldl
 
