@@ -3,7 +3,9 @@
 # chromalloc with NightWatch on, Zen 4 machine, 2026-11-26): the NightWatch context table and
 # the timeline come out as documented in docs/nightwatch.md ("Reading the statistics").
 # pv-frames-stats.json (`pv frames --frames=3000 --settle-ms=20000`, Zen 5 machine, 2026-11-27):
-# the colour worker's cost, which the older file does not have.
+# the colour worker's cost, which the older file does not have.  pv-frames-audit-stats.json
+# (`bench/nightwatch.py` partial run, pv frames policy on, rep 3, Zen 5 machine, 2026-11-27,
+# fourteenth session): the slice audit's line, which the older files do not have.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
@@ -25,5 +27,8 @@ grep -q " restrictive " <<<"$row" || { echo "FAIL chromalloc report: the context
 grep -qF "    worker:" <<<"$out" && { echo "FAIL chromalloc report: a worker line from statistics without the worker's cost"; fail=1; }
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-stats.json")
 expect "    worker: 6.7 s of CPU, ready 5.5 s after it started; 67 eviction-set builds, 60 failed"
+grep -qF "slice audit:" <<<"$out" && { echo "FAIL chromalloc report: a slice audit line from statistics without the audit"; fail=1; }
+out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-audit-stats.json")
+expect "    slice audit: 1 groups judged, 0 not of few colours, 16 strays; 32376 pages audited, 2504 turned away"
 [ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
 exit $fail
