@@ -1,10 +1,10 @@
 /* The colour API as a program uses it, on whatever machine runs the test: misuse is rejected
    with the documented errno; coloured memory can be used, realloc'ed and freed with free()
    whether or not colours can be controlled here; when the layer becomes ready, a second set
-   registered while the first is being stocked is stocked too, coloured blocks really are of
-   the set's colours (a live check independent of how they were chosen)
-   and recolouring keeps a concurrently written page's data, and a child forked meanwhile can
-   write every page.  Run again with colours=0 and with
+   registered while the first is being stocked is stocked too, coloured blocks behave in the
+   L2 as their slices' pages should (read by timing alone: a 1/8 block evicts itself, a 7/8
+   block keeps out of the first eighth), recolouring keeps a concurrently written page's data,
+   and a child forked meanwhile can write every page.  Run again with colours=0 and with
    a machine profile that says colours are not controllable: the same program keeps working
    with ordinary memory. */
 #include "check.h"
