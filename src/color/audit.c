@@ -13,11 +13,11 @@
    two clear readings asked of each member, 1 test_colour_api process in 6 judged six groups in
    a row invalid and got no stock in 60 s; a pool of random pages has about none evicted.)
 
-
    Why: the sets' tests err both ways on this host, and their errors gather in the pools.  Read
    by timing alone (bench/colour_purity.py, docs/colours.md "The slice audit"), before the audit
    a 7/8 block evicted by a 1/8 block in more than 1/16 of its pages (random pages: 1/8) in 4 of
-   19 processes on the Zen 5 host; with it, in 0 of 16.
+   19 processes on the Zen 5 host, with it in 0 of 16 (two tests per page); in a second run, 3
+   of 14 against 1 of 15 (one test per page, as now).
 
    The probe's questions, one test each: a page of the slice must be evicted *clearly* (item 4
    of docs/colours.md), a page for elimination must not be evicted at the plain rule.  Two

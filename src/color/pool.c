@@ -49,8 +49,10 @@ void* _ca_pool_pop(ca_page_pool_t* p) { return p->count ? p->pages[--p->count] :
 
 /* A page from anywhere in the pool.  The last pages pushed come from the last supply chunk or
    two, and a chunk's frames fall unevenly on the colours: a 64-page block filled from the top
-   of a 7/8 pool evicted itself from the L2 (its pages of four colours or fewer) in 3 of 16
-   processes on the Zen 5 host (docs/colours.md, "The slice audit"). */
+   of a 7/8 pool evicted itself from the L2 (its pages of four colours or fewer) in 7 of 19
+   processes on the Zen 5 host, drawn from anywhere in 0 of 18 (docs/colours.md, "The slice
+   audit").  colourset.c's pool_take does the same under the layer's lock (not shared yet: a
+   change to the library's code before probe.c moves the probe, docs/colours.md). */
 static void* pool_pop_any(ca_page_pool_t* p) {
   static uint64_t rng = 0x9E3779B97F4A7C15ull;
   if (p->count == 0) return NULL;
