@@ -151,6 +151,7 @@ static uint32_t colours_needed(void) {
    levels (they drift with the other hardware thread) and requires them clearly apart. */
 static bool quiet_window(void) {
   uint32_t n = L.map.ncolours < 4 ? L.map.ncolours : 4;
+  if (n == 0) return false;                          /* no sets to judge the moment by */
   L.probe.base.recalibrate(&L.probe.base, (void* const*)L.map.ref, (void* const (*)[CA_WAYS_MAX])L.map.set, n, L.map.ways);
   uint32_t r = L.probe.set_ratio_pct;
   if (r > L.top_ratio_pct) { L.best_ratio_pct = L.top_ratio_pct; L.top_ratio_pct = r; }

@@ -789,6 +789,30 @@ static void test_trim(void) {
   _ca_page_source_free(&src);
 }
 
+/* The timing probe asked to re-place its rule with no eviction sets (the worker's quiet_window
+   right after the sets were dropped) keeps the rule it has: it read the median of no readings,
+   stack garbage, and set_ratio_pct, full_pct and the worker's best reading with it. */
+__attribute__((noinline)) static void dirty_stack(void) {
+  volatile uint32_t junk[4096];
+  for (int i = 0; i < 4096; i++) junk[i] = 0xA5A5A5A5u + (uint32_t)i;
+  (void)junk[4095];
+}
+
+static void test_recalibrate_without_sets(void) {
+#if defined(__x86_64__)
+  static ca_timing_probe_t tp;
+  _ca_probe_timing_init(&tp, 1u << 20, 8);     /* the levels apart or not: the rule is placed */
+  uint32_t ratio = tp.ratio_pct, set = tp.set_ratio_pct, full = tp.full_pct, clear = tp.clear_pct;
+  dirty_stack();
+  tp.base.recalibrate(&tp.base, NULL, NULL, 0, 16);
+  CHECK_EQ(tp.set_ratio_pct, set);
+  CHECK_EQ(tp.full_pct, full);
+  CHECK_EQ(tp.ratio_pct, ratio);
+  CHECK_EQ(tp.clear_pct, clear);
+  CHECK(!tp.passes_chosen);                     /* chosen from sets only */
+#endif
+}
+
 int main(void) {
   require_chromalloc("test_colour");
   test_pool();
@@ -810,5 +834,6 @@ int main(void) {
   test_trim();
   test_audit(0);
   test_audit(0.01);
+  test_recalibrate_without_sets();
   return check_done("test_colour");
 }
