@@ -369,11 +369,9 @@ def colour_state(c):
             "spans_filled": sum(int(x.get("spans_filled", 0)) for x in sets),
             "spans_ordinary": sum(int(x.get("spans_ordinary", 0)) for x in sets),
             "protect_checked": prot.get("pages_checked"), "protect_moved": prot.get("pages_moved"),
-            # what protection's live test found: of the pages the program had touched, how many
-            # in the polluter's colours (about their share of the colours when it sees right)
+            # of the pages protection looked at, those the program had touched (each is moved)
             "protect_touched": (prot["pages_checked"] - prot["pages_untouched"]
                                 if "pages_checked" in prot and "pages_untouched" in prot else None),
-            "protect_in_set": prot.get("pages_in_set"), "protect_passes_again": prot.get("passes_again"),
             # old frames of moved pages: pooled, or given back by the pool's re-test
             "frames_kept": c.get("frames_kept"), "frames_rejected": c.get("frames_rejected"),
             # the worker's start-up (ms; ready 0: not ready by the end), to tell a late run's cause
@@ -896,7 +894,7 @@ def write_csv(path, runs):
             "total_s", "victim_s", "frames", "near", "wall_s", "maxrss_kib", "instructions", "user_s", "sys_s", "checksum", "ok", "nw_enabled",
             "nw_chunks", "nw_monitored", "nw_restrictive", "pred_hits", "pred_misses", "colours_state",
             "restrictive_spans_coloured", "restrictive_spans_ordinary", "protect_pages_checked",
-            "protect_pages_moved", "protect_pages_touched", "protect_pages_in_set", "protect_passes_again",
+            "protect_pages_moved", "protect_pages_touched",
             "colours_frames_kept", "colours_frames_rejected",
             "colours_probe_ms", "colours_discover_ms", "colours_estimate_ms",
             "colours_ready_ms", "colours_set_rebuilds", "colours_worker_cpu_ms", "acted_frame", "victim_ns_after_acting", "error"]
@@ -916,8 +914,7 @@ def write_csv(path, runs):
                         "" if pc is None else pc[0], "" if pc is None else pc[1],
                         (r.colours or {}).get("state", ""), (r.colours or {}).get("spans_filled", ""),
                         (r.colours or {}).get("spans_ordinary", ""), (r.colours or {}).get("protect_checked", ""),
-                        *[(r.colours or {}).get(k, "") for k in ("protect_moved", "protect_touched", "protect_in_set",
-                                                                 "protect_passes_again", "frames_kept", "frames_rejected", "probe_ms", "discover_ms", "estimate_ms",
+                        *[(r.colours or {}).get(k, "") for k in ("protect_moved", "protect_touched", "frames_kept", "frames_rejected", "probe_ms", "discover_ms", "estimate_ms",
                                                                  "ready_ms", "set_rebuilds", "worker_cpu_ms")],
                         "" if not r.acted or r.acted.get("acted_frame") is None else r.acted["acted_frame"],
                         fmt((r.acted or {}).get("victim_ns_after"), ".4f", ""), r.error])

@@ -65,9 +65,6 @@ struct ca_probe_s {
      read 60-75% of a full eviction against another colour's set); it must not join that
      colour's pool */
   bool (*evicts_fully)(ca_probe_t* p, void* r, void* const* pages, size_t n);
-  /* optional: how much touching pages[0..n) slows r's chase, in % of the quiet chase (without
-     it, evicts() says 200 or 100) */
-  uint32_t (*effect)(ca_probe_t* p, void* r, void* const* pages, size_t n);
   /* optional: "does the group evict r clearly?", between the plain and the strict question:
      what an eviction-set search asks (evset.c), so that pages sharing only part of r's sets do
      not add up to an eviction */
@@ -151,17 +148,6 @@ typedef struct ca_audit_group_s {
 } ca_audit_group_t;
 bool     _ca_audit_evicts(ca_probe_t* p, void* const* g, size_t n, void* page, bool clearly);
 bool     _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays);
-/* protection's test of a live page (calibrate.c): a rule per colour, measured before a batch */
-typedef struct ca_live_rule_s {
-  uint32_t mid_pct;                            /* above: the page is of the colour */
-  uint8_t  member;                             /* the set's member the page replaces */
-  bool     usable;                             /* the colour can be told apart now */
-} ca_live_rule_t;
-bool     _ca_colour_live_rule(ca_probe_t* p, const ca_colour_map_t* map, uint32_t c, ca_live_rule_t* rule);
-int      _ca_colour_live_in(ca_probe_t* p, const ca_colour_map_t* map, const void* page, uint64_t mask,
-                            const ca_live_rule_t* rules);   /* colour, -1: none, -2: no usable rule */
-bool     _ca_colour_live_controls(ca_probe_t* p, const ca_colour_map_t* map, uint64_t mask, const ca_live_rule_t* rules,
-                                  void* const* in, int nin, void* const* out, int nout);
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st);
@@ -181,6 +167,7 @@ bool     _ca_pool_push(ca_page_pool_t* p, void* page);
 void*    _ca_pool_slot(void);
 void     _ca_pool_unslot(void* slot);
 void*    _ca_pool_pop(ca_page_pool_t* p);
+void*    _ca_pool_pop_any(ca_page_pool_t* p, uint64_t* rng);   /* from anywhere in it */
 bool     _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
 void     _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes);
 void     _ca_pool_drop(void* page);
@@ -195,7 +182,6 @@ int   _ca_colour_count(void);
 int   _ca_colour_set(uint32_t from, uint32_t to, uint32_t den);
 int   _ca_colour_prepare(int id, size_t pages, int timeout_ms);
 int   _ca_colour_of(const void* p);
-int   _ca_colour_in_set(const void* p, int id);   /* protection's live test (1, 0, -1: cannot tell) */
 void* _ca_colour_take_page(int id);
 void  _ca_colour_note_recolour(uint64_t ns);
 void* _ca_colour_slot(void);                /* a parking address for a page whose frame is kept */
@@ -220,11 +206,9 @@ bool     _ca_colour_suspect(bool* suspected, bool bad, bool judged_ok);   /* dro
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {
-  int (*in_set)(const void* page, int id);     /* 1: of set id's colours, 0: not, -1: cannot tell now */
-  int (*move)(void* page, int from, int to);   /* 1: moved to set to (the old frame, of set from,
-                                                  pooled), 0: not now, -1: never (cap) */
+  int (*move)(void* page, int from, int to);   /* 1: moved to set to (the old frame to set from's
+                                                  pool if re-tested there), 0: not now, -1: never (cap) */
   bool (*resident)(const void* page);          /* the program has touched it (NULL: assume so) */
-  uint32_t (*share_pm)(int id);                /* set id's share of the colours, per mille (NULL: unknown) */
 } ca_protect_ops_t;
 
 void   _ca_protect_init(size_t max_bytes, size_t budget_pages);  /* ranges up to max_bytes, pages */

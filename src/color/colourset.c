@@ -71,12 +71,6 @@ static struct {
   bool              suspected;       /* the last judgement was bad */
   uint32_t          top_ratio_pct;   /* the clearest the sets have evicted (quiet_window), */
   uint32_t          best_ratio_pct;  /* ... and the clearest but that one reading */
-  ca_live_rule_t    live[CA_COLOURS_MAX];    /* protection's test, per colour (colour_in_set) */
-  uint64_t          live_batch, live_stamp;  /* batch now; batch the rules were measured for */
-  uint64_t          live_rules, live_unusable;   /* rules measured; of them, colours not testable */
-  bool              live_ok;                     /* the batch's controls passed */
-  uint64_t          live_control_fails, live_backoff_ms, live_wait_until_ms;
-  uint64_t          live_no_in, live_no_out;         /* batches without an in / out control (no stock) */
   uint32_t          start_failures;  /* starts that failed for the moment (retry_later), in all */
   uint32_t          failures_in_row; /* ... since the layer was last ready */
   uint32_t          retry_ms;        /* the first wait before starting again (doubles) */
@@ -234,28 +228,14 @@ static uint64_t sets_mask(bool excluded_only) {
   return m & known_colours();
 }
 
-/* A pooled page of set i, taken out of its pool at random (NULL: none); pool_put returns it.
-   Out of the pool while it is tested: a span filled from the pool meanwhile would have moved it
-   away under the test (SIGSEGV in the worker, seen with a routed small class taking spans). */
+/* A pooled page of set i, taken out of its pool at random (NULL: none).  Out of the pool while
+   it is tested: a span filled from the pool meanwhile would have moved it away under the test
+   (SIGSEGV in the worker, seen with a routed small class taking spans). */
 static void* pool_take(int i, uint64_t* rng) {
-  ca_colour_set_t* s = &L.sets[i];
-  void* page = NULL;
   _ca_lock(&L.lock);
-  size_t n = s->used ? s->pool.count : 0;
-  if (n) {
-    *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
-    size_t at = (size_t)(*rng % n);
-    page = s->pool.pages[at];
-    s->pool.pages[at] = s->pool.pages[--s->pool.count];
-  }
+  void* page = L.sets[i].used ? _ca_pool_pop_any(&L.sets[i].pool, rng) : NULL;
   _ca_unlock(&L.lock);
   return page;
-}
-
-static void pool_put(int i, void* page) {
-  _ca_lock(&L.lock);
-  if (!_ca_pool_push(&L.sets[i].pool, page)) _ca_pool_drop(page);
-  _ca_unlock(&L.lock);
 }
 
 /* ---- the slice audit (audit.c) ------------------------------------------------------------ */
@@ -387,10 +367,10 @@ static void verify_sample(uint64_t* rng) {
 }
 
 /* Protection's kept frames (_ca_colour_keep_frame) join their set's pool only if the pool's
-   re-test places them there: the live test that moved them reads another colour's page as of
-   the set at times (a second pass over a victim found 58 of 239 pages in a 1/8 slice), and a
-   pooled frame of another colour would let the polluter confined to the set evict outside it. */
-#define KEPT_MAX 64                  /* a batch moves 8 pages, each up to 1 + REMOVES times */
+   re-test places them there: protection moves every page it looks at, of any colour (1 in 8 of
+   a 1/8 slice's), and a pooled frame of another colour would let the polluter confined to the
+   set evict outside it. */
+#define KEPT_MAX 64                  /* a batch moves 8 pages */
 static struct {
   void*    page[KEPT_MAX];           /* old frames waiting for the test (L.lock), */
   uint8_t  set[KEPT_MAX];            /* ... the set each is for */
@@ -647,70 +627,8 @@ void _ca_colour_test_drop_sets(uint32_t n) {
   wake_worker();
 }
 
-/* Protection's test of a live page against set id's colours (calibrate.c, "live pages"): the
-   colours it tests (0: none, or the layer is not ready), their rules measured, and the answer
-   (1 yes, 0 no, -1 cannot tell). */
-static uint64_t live_mask(int id) {
-  if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return 0;
-  _ca_lock(&L.lock);
-  const ca_colour_set_t* s = &L.sets[id];
-  uint64_t m = s->used && !s->by_elimination ? s->mask : 0;
-  _ca_unlock(&L.lock);
-  return (m >> L.map.ncolours) != 0 ? 0 : m;
-}
-
-static uint32_t live_measure(uint64_t m, ca_live_rule_t* rules) {
-  uint32_t unusable = 0;
-  for (uint32_t c = 0; c < L.map.ncolours; c++)
-    if ((m >> c) & 1) unusable += !_ca_colour_live_rule(&L.probe.base, &L.map, c, &rules[c]);
-  return unusable;
-}
-
-static int live_answer(const void* page, uint64_t m, const ca_live_rule_t* rules) {
-  int c = _ca_colour_live_in(&L.probe.base, &L.map, page, m, rules);
-  return c == -2 ? -1 : c >= 0;
-}
-
-/* The batch's controls (calibrate.c): a pooled page of set id, and two of a set of none of
-   its colours.  Without them, 1 of 70 pv frames processes placed all 112 of its victim's
-   touched pages in the slice, and each again where it landed (moved three times); with them,
-   none of 110 pv processes.  A set without stock gives none. */
-static bool live_controls_pass(int id, uint64_t m) {
-  static uint64_t rng = 0x2545F4914F6CDD1Dull;
-  int other = 0;
-  for (int i = 1; i <= CA_COLOUR_SETS && other == 0; i++)
-    if (i != id && L.sets[i].used && (L.sets[i].mask & m) == 0) other = i;
-  void* in = pool_take(id, &rng);
-  void* out[2] = { other ? pool_take(other, &rng) : NULL, other ? pool_take(other, &rng) : NULL };
-  L.live_no_in += in == NULL;
-  L.live_no_out += out[0] == NULL;
-  bool pass = _ca_colour_live_controls(&L.probe.base, &L.map, m, L.live, &in, 1, out, 2);
-  if (in) pool_put(id, in);
-  for (int k = 0; k < 2; k++) if (out[k]) pool_put(other, out[k]);
-  return pass;
-}
-
-/* The worker's: the rules are measured again for every batch (protect_some), as the levels
-   drift, and the batch goes on only when its controls pass (else every page of it waits, and
-   the next batch waits a back-off: 50 ms doubling to 2 s). */
-static int colour_in_set(const void* page, int id) {
-  uint64_t m = live_mask(id);
-  if (m == 0) return -1;
-  if (L.live_stamp != L.live_batch) {
-    L.live_unusable += live_measure(m, L.live);
-    L.live_rules += (uint64_t)__builtin_popcountll(m);
-    L.live_stamp = L.live_batch;
-    L.live_ok = live_controls_pass(id, m);
-    L.live_control_fails += !L.live_ok;
-    L.live_backoff_ms = L.live_ok ? 0 : L.live_backoff_ms ? (L.live_backoff_ms * 2 > 2000 ? 2000 : L.live_backoff_ms * 2) : 50;
-    L.live_wait_until_ms = _ca_clock_ms() + L.live_backoff_ms;
-  }
-  return L.live_ok ? live_answer(page, m, L.live) : -1;
-}
-
-/* Protection's move: the live page to a pooled page of set `to`; its old frame, which the
-   live test has just found to be of set `from`, stocks that set's pool if the pool's re-test
-   agrees (test_kept). */
+/* Protection's move: the live page to a pooled page of set `to`; its old frame stocks set
+   `from`'s pool if the pool's re-test places it there (test_kept). */
 static int colour_move_to(void* page, int from, int to) {
   if (_ca_pool_moved() >= _ca_pool_moved_limit()) return -1;
   return _ca_recolour(page, CA_OS_PAGE, to, from, true) == 1;
@@ -723,13 +641,7 @@ static bool page_resident(const void* page) {
   return mincore((void*)page, CA_OS_PAGE, &v) == 0 && (v & 1);
 }
 
-/* What protection expects of a pass: set id's share of the colours, per mille. */
-static uint32_t colour_share(int id) {
-  uint64_t m = live_mask(id);
-  return m && L.map.ncolours ? (uint32_t)__builtin_popcountll(m) * 1000u / L.map.ncolours : 0;
-}
-
-static const ca_protect_ops_t protect_ops = { colour_in_set, colour_move_to, page_resident, colour_share };
+static const ca_protect_ops_t protect_ops = { colour_move_to, page_resident };
 
 #define REJECTED_MAX  16384                  /* rejected frames held back at most (64 MiB; at
                                                 8 MiB the kernel handed the same frames back:
@@ -803,13 +715,11 @@ static bool pin(int cpu) {
   return sched_setaffinity(0, sizeof one, &one) == 0;
 }
 
-/* Protection's share of the worker (protect.c): up to `pages` pages of registered ranges, 8 per
-   quiet window; returns the pages still pending (1 when the moment is not quiet). */
+/* Protection's share of the worker (protect.c): up to `pages` pages of registered ranges, 8 at a
+   time, each batch's old frames re-tested for their pool; returns the pages still pending. */
 static size_t protect_some(size_t pages) {
   size_t pending = 0;
   for (size_t done = 0; _ca_protect_armed() && done < pages; done += 8) {
-    if (_ca_clock_ms() < L.live_wait_until_ms || !quiet_window()) return 1;
-    L.live_batch++;
     size_t before = pending;
     pending = _ca_protect_work(&protect_ops, 8);
     test_kept();
@@ -1183,22 +1093,6 @@ int _ca_colour_of(const void* p) {
   return c;
 }
 
-/* Protection's test as any thread can run it, pinned, with rules of its own measured first
-   (test_protect checks it on pool pages of known colour; the worker's statistics are left
-   alone): 1 of set id's colours, 0 not, -1 cannot tell now. */
-int _ca_colour_in_set(const void* p, int id) {
-  const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
-  uint64_t m = live_mask(id);
-  if (m == 0) return -1;
-  ca_live_rule_t rules[CA_COLOURS_MAX];
-  memset(rules, 0, sizeof rules);
-  cpu_set_t was;
-  bool pinned = pin_here(&was);
-  live_measure(m, rules);
-  int in = live_answer(page, m, rules);
-  if (pinned) sched_setaffinity(0, sizeof was, &was);
-  return in;
-}
 
 /* Take one pooled page of set id (for recolouring); NULL when the pool is empty. */
 void* _ca_colour_take_page(int id) {
@@ -1288,11 +1182,6 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"pages\":"); ca_buf_u64(b, L.audit_pages);
   ca_buf_str(b, ",\"turned_away\":"); ca_buf_u64(b, L.audit_turned_away);
   ca_buf_str(b, "}");
-  ca_buf_str(b, ",\"live_rules\":"); ca_buf_u64(b, L.live_rules);
-  ca_buf_str(b, ",\"live_rules_unusable\":"); ca_buf_u64(b, L.live_unusable);
-  ca_buf_str(b, ",\"live_control_fails\":"); ca_buf_u64(b, L.live_control_fails);
-  ca_buf_str(b, ",\"live_controls_without_in\":"); ca_buf_u64(b, L.live_no_in);
-  ca_buf_str(b, ",\"live_controls_without_out\":"); ca_buf_u64(b, L.live_no_out);
   ca_buf_str(b, ",\"suspicions\":"); ca_buf_u64(b, L.suspicions);
   ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
   ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);

@@ -51,13 +51,11 @@ void* _ca_pool_pop(ca_page_pool_t* p) { return p->count ? p->pages[--p->count] :
    two, and a chunk's frames fall unevenly on the colours: a 64-page block filled from the top
    of a 7/8 pool evicted itself from the L2 (its pages of four colours or fewer) in 7 of 19
    processes on the Zen 5 host, drawn from anywhere in 0 of 18 (docs/colours.md, "The slice
-   audit").  colourset.c's pool_take does the same under the layer's lock (not shared yet: a
-   change to the library's code before probe.c moves the probe, docs/colours.md). */
-static void* pool_pop_any(ca_page_pool_t* p) {
-  static uint64_t rng = 0x9E3779B97F4A7C15ull;
+   audit").  Also colourset.c's, for the pages it tests. */
+void* _ca_pool_pop_any(ca_page_pool_t* p, uint64_t* rng) {
   if (p->count == 0) return NULL;
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-  size_t at = (size_t)(rng % p->count);
+  *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
+  size_t at = (size_t)(*rng % p->count);
   void* page = p->pages[at];
   p->pages[at] = p->pages[--p->count];
   return page;
@@ -98,10 +96,11 @@ static bool move_page(void* src, void* dst) { return _ca_os_move(src, dst, CA_OS
 /* Fill [base, base + bytes) with pages from pool: all of them or none.  Called with the
    layer's lock held. */
 bool _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
+  static uint64_t fill_rng = 0x9E3779B97F4A7C15ull;
   size_t n = bytes / CA_OS_PAGE;
   if (pool->count < n || moved_pages + n > moved_limit) return false;
   for (size_t i = 0; i < n; i++) {
-    void* page = pool_pop_any(pool);
+    void* page = _ca_pool_pop_any(pool, &fill_rng);
     if (!move_page(page, base + i * CA_OS_PAGE)) {
       _ca_pool_push(pool, page);                   /* the page is still where it was */
       /* undo what was moved: [base, base + i) back to the pool, the range made ordinary */

@@ -129,12 +129,6 @@ static bool timing_evicts(ca_probe_t* p, void* r, void* const* pages, size_t n) 
   return evicts_above(tp, r, pages, n, tp->ratio_pct);
 }
 
-static uint32_t timing_effect(ca_probe_t* p, void* r, void* const* pages, size_t n) {
-  ca_timing_probe_t* tp = (ca_timing_probe_t*)p;
-  evicts_above(tp, r, pages, n, 100);
-  return tp->last_quiet ? (uint32_t)((uint64_t)tp->last_ticks * 100 / tp->last_quiet) : 0;
-}
-
 /* Most of R evicted: the chase reads 4/5 of what eviction sets do to their references now
    (measured on a Zen 5 L2 while sets read 200-220%: at the plain rule 38% of the pages a 1/8
    pool took were another colour's, their own colour's set reading higher; at 165-185% none of
@@ -255,7 +249,6 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
   tp->base.recalibrate = timing_recalibrate;
   tp->base.evicts_fully = timing_evicts_fully;
   tp->base.evicts_clearly = timing_evicts_clearly;
-  tp->base.effect = timing_effect;
   tp->base.tests = 0;
   tp->reps = 7;
   tp->passes = 4;              /* until the first sets show how many reads evict (choose_passes) */

@@ -13,20 +13,22 @@
    objects up to a size, through the colour layer's span hook), oldest first, up to a page
    budget, before it is known whether anything will ever be confined; a range leaves it when the
    core takes the memory back.  Once armed with (from, to), the colour worker goes through them
-   page by page: a resident page that the live colour test places in set `from` is recoloured
-   to a page of set `to`.  A range is looked at once, when it has lived AGE_MS (short-lived
-   memory is not worth it); pages the program has not touched by then are left alone.  Once a
-   pass has no page left to look at, it is judged: a program's frames fall on the colours
-   evenly, so of its touched pages about the set's share is in `from`, and a pass that found
-   under half of that (at least DOUBT_MIN pages looked at; by chance 1 pass in 30 at 64 pages)
-   met a moment in which the test read pages of `from` as out while its controls passed (make
-   bench, Zen 4 VM, a loud host: 1 of 105 and 2 of 126 pages, where by hand 9-21 of 126, and
-   the victim then gained little).  Every range is then looked at again, REPASS_MS later and
-   twice as long after each further such pass, PASSES in all.  Without
-   access bits in user space (page_idle needs root and a kernel option this host lacks), the
-   hot pages cannot be told from the cold ones: the budget (a few times the L2) and the oldest-
-   first order stand in for that, and the pages moved are capped (each is a VMA of its own, as
-   in pool.c).
+   page by page: each page the program has touched by the time its range has lived AGE_MS is
+   moved to a pooled page of set `to` (whose pages the slice audit vouches are not of `from`),
+   once; pages not touched by then are left alone (short-lived memory is not worth it).
+
+   Every touched page is moved, not only those a live colour test places in `from`.  That test
+   (until 4fb48c1: one rule per colour and controls per batch, a pass judged and made again when
+   it found under half the set's share) read most pages of `from` as out in loud moments: in the
+   make bench at c32c515 the runs whose victims lost to policy-off had found 1-7 pages in the
+   slice of 427 touched (1/8: ~53; the runs that gained, 12-33), and a victim left in the
+   polluter's colours gains nothing.  Moving all costs about 8 times the moves (a few hundred
+   pages per process, once, each ~0.1 ms of the worker and one VMA) and the 7/8 pool's stock;
+   it depends on no reading of the moment.  Without access bits in user space (page_idle needs
+   root and a kernel option this host lacks) the hot pages cannot be told from the cold ones:
+   the budget (a few times the L2) and the oldest-first order stand in for that, and the pages
+   moved are capped (each is a VMA of its own, as in pool.c).  The old frame goes to the pool
+   of `from` if the pool's re-test places it there (1 in 8 of them).
 
    Lifetime: the worker marks the range it is at as busy; removing a range waits for that page
    to be done, so the worker never reads or moves a page the core has taken back.  A range that
@@ -38,10 +40,6 @@
 
 #define RANGES   256                 /* live ranges recorded */
 #define AGE_MS   20                  /* a range is looked at once it has lived this long */
-#define REMOVES  2                   /* moves again of a page that landed in `from` */
-#define DOUBT_MIN 64                 /* touched pages a pass needs before it is judged */
-#define PASSES   4                   /* passes over the ranges at most, the first included */
-#define REPASS_MS 1000               /* a doubted pass is made again this much later (doubling) */
 
 typedef struct ca_prange_s {
   const void* key;                   /* what it was recorded with (NULL: a free slot) */
@@ -61,10 +59,7 @@ static struct {
   size_t             max_bytes, budget, pages;   /* largest range, pages allowed, recorded */
   uintptr_t          lo, hi;         /* every key and range recorded so far lies in [lo, hi) */
   _Atomic(const void*) busy;         /* key of the range whose page the worker is at */
-  uint32_t           passes;         /* passes made again (PASSES - 1 at most) */
-  uint64_t           again_ms;       /* when the next one starts (0: none due) */
-  uint64_t           pass_touched, pass_in;   /* of the pass under way: touched pages, in `from` */
-  uint64_t           recorded, full, released, checked, untouched, in_set, moved, removed, unknown, ns;
+  uint64_t           recorded, full, released, checked, untouched, moved, ns;
 } P;
 
 /* Set while this thread takes or holds P.lock: a signal handler of the program nested in that
@@ -226,57 +221,24 @@ static void page_done(const void* key) {
   atomic_store_explicit(&P.busy, NULL, ca_release);
 }
 
-/* Nothing is left to look at: judge the pass (see the header), and start the next when due. */
-static void judge_pass(const ca_protect_ops_t* ops) {
-  if (P.pass_touched >= DOUBT_MIN) {
-    uint64_t share = ops->share_pm ? ops->share_pm(P.from) : 0;   /* per mille of the colours */
-    bool doubt = P.pass_in * 1000 * 2 < P.pass_touched * share;
-    P.pass_touched = P.pass_in = 0;
-    if (doubt && P.passes + 1 < PASSES) P.again_ms = _ca_clock_ms() + ((uint64_t)REPASS_MS << P.passes);
-  }
-  if (P.again_ms == 0 || _ca_clock_ms() < P.again_ms) return;
-  lock_p();
-  for (uint32_t i = 0; i < P.top; i++) P.r[i].next = 0;
-  P.again_ms = 0;
-  P.passes++;
-  unlock_p();
-}
-
 size_t _ca_protect_work(const ca_protect_ops_t* ops, size_t max_pages) {
   size_t pending = 0;
   if (P.from <= 0 || P.capped) return 0;
   for (size_t done = 0; done < max_pages; done++) {
     const void* key = NULL;
     uint8_t* page = next_page(&key, &pending);
-    if (page == NULL && pending == 0) {
-      judge_pass(ops);
-      page = next_page(&key, &pending);
-    }
     if (page == NULL) return pending;
     uint64_t t0 = _ca_clock_ns();
     bool touched = ops->resident == NULL || ops->resident(page);
-    int in = touched ? ops->in_set(page, P.from) : 0;
-    P.untouched += !touched;
-    int moved = in == 1 ? ops->move(page, P.from, P.to) : 1;
-    /* where it landed is checked too: a pool page of `to` taken by elimination on a noisy host can
-       be of `from` after all (the test that admitted it read no eviction); it moves again, and
-       that frame, now measured, goes to the pool of `from` */
-    for (int again = 0; in == 1 && moved == 1 && again < REMOVES && ops->in_set(page, P.from) == 1; again++) {
-      int m = ops->move(page, P.from, P.to);
-      if (m != 1) break;                            /* no stock (or the cap): it stays, moved once */
-      P.removed++;
-    }
+    int moved = touched ? ops->move(page, P.from, P.to) : 1;
     P.ns += _ca_clock_ns() - t0;
-    if (in < 0 || moved == 0) {                    /* cannot tell now, or no page to move to */
-      P.unknown += in < 0;
+    if (moved == 0) {                              /* no page to move to now: later */
       atomic_store_explicit(&P.busy, NULL, ca_release);
       return pending;
     }
     P.checked++;
-    P.pass_touched += touched;
-    P.pass_in += in == 1;
-    P.in_set += in == 1;
-    P.moved += in == 1 && moved > 0;
+    P.untouched += !touched;
+    P.moved += touched && moved > 0;
     if (moved < 0) { P.capped = true; atomic_store_explicit(&P.busy, NULL, ca_release); return 0; }
     page_done(key);
     pending--;
@@ -289,8 +251,6 @@ void _ca_protect_fork_child(void) {
   atomic_store_explicit(&P.lock.v, 0, ca_relaxed);
   atomic_store_explicit(&P.busy, NULL, ca_relaxed);
   for (uint32_t i = 0; i < P.top; i++) P.r[i].next = 0;
-  P.passes = 0;
-  P.again_ms = P.pass_touched = P.pass_in = 0;
 }
 
 void _ca_protect_stats_json(ca_buf_t* b) {
@@ -304,11 +264,7 @@ void _ca_protect_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "pages_pending", _ca_protect_pending());
   ca_buf_field_u64(b, "pages_checked", P.checked);
   ca_buf_field_u64(b, "pages_untouched", P.untouched);
-  ca_buf_field_u64(b, "pages_in_set", P.in_set);
   ca_buf_field_u64(b, "pages_moved", P.moved);
-  ca_buf_field_u64(b, "pages_moved_again", P.removed);
-  ca_buf_field_u64(b, "undecided", P.unknown);
-  ca_buf_field_u64(b, "passes_again", P.passes);
   ca_buf_str(b, ",\"capped\":"); ca_buf_str(b, P.capped ? "true" : "false");
   ca_buf_str(b, ",\"us_per_page\":");
   ca_buf_fixed(b, P.checked ? (int64_t)(P.ns / P.checked / 10) : 0, 2);
