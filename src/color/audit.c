@@ -49,7 +49,6 @@ bool _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays) {
     g->page[i] = m;
     evicted += clear;
   }
-  g->judged++;
   if (evicted * 2 < g->n) { g->valid = false; return false; }
   for (uint32_t i = g->n; i-- > 0;)
     if (stray[i]) {

@@ -143,8 +143,6 @@ typedef struct ca_audit_group_s {
   void*    page[CA_AUDIT_MAX];                 /* out of every pool while in the group */
   uint32_t n;                                  /* members */
   bool     valid;                              /* judged: its members evict one another */
-  uint32_t judged;                             /* judgements made (kept: removing it moves the
-                                                  probe's code, docs/colours.md "The slice audit") */
 } ca_audit_group_t;
 bool     _ca_audit_evicts(ca_probe_t* p, void* const* g, size_t n, void* page, bool clearly);
 bool     _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays);

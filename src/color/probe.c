@@ -310,11 +310,12 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
     tp->miss_ticks = miss[41 / 4];
     apart = tp->miss_ticks > tp->hit_ticks + tp->hit_ticks / 2;   /* at least 1.5x apart */
   }
-  tp->ratio_pct = rule_for(stream_pct(tp) ? stream_pct(tp) : 200);
+  uint32_t stream = stream_pct(tp);
+  tp->ratio_pct = rule_for(stream ? stream : 200);
   tp->threshold = (uint32_t)((uint64_t)tp->hit_ticks * tp->ratio_pct / 100);
   tp->set_ratio_pct = 0;
   tp->full_pct = 0;
-  tp->clear_pct = clear_for(stream_pct(tp), tp->ratio_pct);
+  tp->clear_pct = clear_for(stream, tp->ratio_pct);
   _ca_os_unmap(mem, stream_bytes);
   return apart;
 #endif
