@@ -67,7 +67,8 @@ int chromalloc_colour_of(const void* p);
 
 /* Move the pages covering [p, p + len) to pages of a colour set, safely while other threads use
    them (write-protect, copy, remap).  Returns the number of pages moved (fewer when the set's
-   stock runs out), or -1 with errno. */
+   stock runs out), or -1 with errno.  Protection (NightWatch's, or a reserved slice's) leaves
+   these pages where the program put them from then on. */
 long chromalloc_recolour(void* p, size_t len, int colours);
 
 /* Reserve a colour set (a slice at either end of the level, such as the first 1/8) for memory

@@ -29,6 +29,7 @@ ca_export int chromalloc_colour_count(void) { return _ca_colour_count(); }
 
 ca_export long chromalloc_recolour(void* p, size_t len, int colours) {
   if (colours < 1 || colours > CA_COLOUR_SETS || p == NULL) { errno = EINVAL; return -1; }
+  _ca_protect_release(p, len);      /* the program places this memory itself: protection lets it be */
   return _ca_recolour(p, len, colours, 0, false);
 }
 

@@ -49,6 +49,22 @@ static bool on_fault(void* addr, int sig) {
   return ours;
 }
 
+/* A free slot for page, or -1 while none is free or another thread has the same page in flight:
+   two moves of one page at once (protection's and the program's chromalloc_recolour) took its
+   frame away under each other's copy, and the thread that faulted there waited for its own
+   slot for ever (test_colour_api, fork during recolouring). */
+static ca_lock_t claim_lock;
+static int claim_slot(uintptr_t page) {
+  int slot = -1;
+  _ca_lock(&claim_lock);
+  bool busy = false;
+  for (int i = 0; i < INFLIGHT; i++) busy |= atomic_load(&inflight[i]) == page;
+  for (int i = 0; i < INFLIGHT && slot < 0 && !busy; i++)
+    if (atomic_load(&inflight[i]) == 0) { atomic_store(&inflight[i], page); slot = i; }
+  _ca_unlock(&claim_lock);
+  return slot;
+}
+
 static bool protect(void* page, int prot) { return _ca_syscall6(SYS_mprotect, (long)page, CA_OS_PAGE, prot, 0, 0, 0) == 0; }
 
 /* Move the page's frame to a slot (kept for set keep) and fresh's frame into its place; false
@@ -94,10 +110,7 @@ long _ca_recolour(void* p, size_t len, int id, int keep, bool test) {
     uint64_t t0 = _ca_clock_ns();
     int slot = -1;
     while (slot < 0) {
-      for (int i = 0; i < INFLIGHT && slot < 0; i++) {
-        uintptr_t zero = 0;
-        if (atomic_compare_exchange_strong(&inflight[i], &zero, (uintptr_t)page)) slot = i;
-      }
+      slot = claim_slot((uintptr_t)page);
       /* the slot first, then the fork's flag: a fork that set it before sees this slot taken
          and waits, one that sets it after waits too (both sequentially consistent) */
       if (slot >= 0 && atomic_load(&forking)) { atomic_store(&inflight[slot], 0); slot = -1; }

@@ -21,6 +21,7 @@
 #include "check.h"
 #include "../../src/color/colour.h"
 #include "../../src/core/hooks.h"
+#include "../../include/chromalloc.h"
 #include <sys/mman.h>
 #include <pthread.h>
 #include <time.h>
@@ -581,6 +582,10 @@ static void test_protect_syscalls(void) {
   _ca_protect_add(buf, buf, sizeof buf);
   CHECK(mprotect(buf, 4096, PROT_READ) == 0);
   CHECK(mprotect(buf, 4096, PROT_READ | PROT_WRITE) == 0);
+  CHECK_EQ(_ca_protect_pages(), before);
+  /* the program recolouring its memory itself: protection lets it be */
+  _ca_protect_add(buf, buf, sizeof buf);
+  CHECK(chromalloc_recolour(buf + 2 * 4096, 4096, 1) >= 0);
   CHECK_EQ(_ca_protect_pages(), before);
   close(fd[0]);
   close(fd[1]);
