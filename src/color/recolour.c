@@ -89,13 +89,19 @@ static bool swap_in(void* fresh, void* page, int keep, bool test) {
   return false;
 }
 
+/* The claim lock is held across the fork too: a child that inherited it taken would wait for
+   it at its first recolouring. */
 void _ca_recolour_fork_hold(void) {
   atomic_store(&forking, true);
+  _ca_lock(&claim_lock);
   for (int i = 0; i < INFLIGHT; i++)
     while (atomic_load(&inflight[i]) != 0) sched_yield();
 }
 
-void _ca_recolour_fork_release(void) { atomic_store(&forking, false); }
+void _ca_recolour_fork_release(void) {
+  _ca_unlock(&claim_lock);
+  atomic_store(&forking, false);
+}
 
 long _ca_recolour(void* p, size_t len, int id, int keep, bool test) {
   static _Atomic(bool) registered;
