@@ -29,10 +29,13 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
               the polluter's buffer is frames' (3 MiB here): its former 16 MiB of 1/8 pages
               were never stocked within 20 s here (the colour layer's limit, docs/colours.md),
               and until 2026-11-26 the co-run's policy-on polluter never had coloured memory.
-  foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0 and
-              nightwatch=1: the policy's cost on allocation-heavy programs; 3 x --reps
-              repetitions (short programs, and a 1% target: with 7, larson read 1.044 on / off
-              in a run where 21 interleaved runs by hand read 0.990).
+  foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0,
+              nightwatch=1 and nightwatch=0 again (the control), order rotated per rep: the
+              policy's cost on allocation-heavy programs, as the median of per-rep on / off
+              ratios, next to the control's off / off (what noise makes of identical runs);
+              10 x --reps repetitions (short programs and a 1% target: with 3 x, the median
+              on / off read 1.020 in two runs in a row where 150 interleaved pairs by hand read
+              1.002 for identical runs).
   instructions  the same four under callgrind (valgrind; installed with apt-get when missing),
               nightwatch=0 against nightwatch=1,nightwatch_budget=0: the policy's own work
               (naming contexts, sampling, predicting) in instructions, which do not vary from
@@ -99,12 +102,25 @@ VICTIM_SITES = ["victim_alloc", "session_scratch", "index_buckets", "index_node"
                 "scratch_chunk", "table_a", "table_b", "table_c", "table_d"]
 
 TARGETS = {"speedup_off": 1.3, "geomean_vs_glibc": 1.18, "slowdown": 1.02, "overhead": 1.01}
+# foundation repetitions per --reps: short programs, a 1% target, and a host whose loudness moves
+# within minutes (with 3: 1.020 on / off in two runs in a row, where 150 interleaved pairs by
+# hand read 1.002 for identical runs)
+FOUNDATION_REPS = 10
 PV_TIMEOUT = 180
 OWN_ENV = ("CHROMALLOC_OPTIONS", "CHROMALLOC_STATS")   # set per configuration, never inherited
 
 
 def ratio(a, b):
     return a / b if a is not None and b else None
+
+
+def paired(runs, w, a, b, k="total_s"):
+    """median over the reps run under both configurations a and b of a's value / b's"""
+    by = {}
+    for r in runs:
+        if r.workload == w and r.ok and r.config in (a, b) and getattr(r, k) is not None:
+            by.setdefault(r.rep, {})[r.config] = getattr(r, k)
+    return median([v[a] / v[b] for v in by.values() if a in v and b in v and v[b]])
 
 
 def fmt(x, spec=".3f", none="n/a"):
@@ -642,11 +658,17 @@ def foundation_experiment(br, lib, reps, stats_dir):
                                                         "CHROMALLOC_STATS": str(stats_dir / "on.json")})
     off = br.Allocator("chromalloc-off", str(lib), env={"CHROMALLOC_OPTIONS": "nightwatch=0",
                                                           "CHROMALLOC_STATS": str(stats_dir / "off.json")})
-    say(f"\n=== foundation: {', '.join(FOUNDATION)} under chromalloc nightwatch=0 / nightwatch=1, {reps} reps")
+    # the control: nightwatch=0 once more, judged against the first exactly as on is; what it
+    # reads beside 1 is what this host's noise makes of identical runs
+    again = br.Allocator("chromalloc-off-again", str(lib), env={"CHROMALLOC_OPTIONS": "nightwatch=0",
+                                                                "CHROMALLOC_STATS": str(stats_dir / "again.json")})
+    say(f"\n=== foundation: {', '.join(FOUNDATION)} under chromalloc nightwatch=0 / nightwatch=1 / nightwatch=0 "
+        f"(control), {reps} reps, order rotated")
     runs = []
     for rep in range(1, reps + 1):
         for b in FOUNDATION:
-            for a in ([off, on] if rep % 2 else [on, off]):
+            order = [off, on, again]
+            for a in order[rep % 3:] + order[:rep % 3]:
                 try:
                     r = br.execute(a, b, rep, [], br.SUITE_TIMEOUT)
                 except OSError as e:
@@ -751,14 +773,6 @@ def summarise(runs, corun, found, instr, cfg_names):
     def get(w, c, k="victim_ns"):
         return wl.get(w, {}).get(c, {}).get(k)
 
-    def paired(w, a, b, k="total_s"):
-        """median over the reps run under both configurations of a's value / b's"""
-        by = {}
-        for r in runs:
-            if r.workload == w and r.ok and r.config in (a, b) and getattr(r, k) is not None:
-                by.setdefault(r.rep, {})[r.config] = getattr(r, k)
-        return median([v[a] / v[b] for v in by.values() if a in v and b in v and v[b]])
-
     ratios = {}
     for w in WORKLOADS:
         on, off, gl, mi = (get(w, c) for c in ("chromalloc-on", "chromalloc-off", "glibc", "mimalloc"))
@@ -766,10 +780,10 @@ def summarise(runs, corun, found, instr, cfg_names):
              # the same per rep (on and off run next to each other there), then the median: the
              # host's loudness changes within minutes, and a median of each side can pair a loud
              # rep's off with a quiet one's on (reported; the target is judged on the one above)
-             "speedup_on_vs_off_paired": paired(w, "chromalloc-off", "chromalloc-on", "victim_ns"),
+             "speedup_on_vs_off_paired": paired(runs, w, "chromalloc-off", "chromalloc-on", "victim_ns"),
              "speedup_on_vs_glibc": ratio(gl, on),
              "speedup_on_vs_mimalloc": ratio(mi, on),
-             "slowdown_total_on_vs_off": paired(w, "chromalloc-on", "chromalloc-off") if w in CLEAN else
+             "slowdown_total_on_vs_off": paired(runs, w, "chromalloc-on", "chromalloc-off") if w in CLEAN else
                                          ratio(get(w, "chromalloc-on", "total_s"), get(w, "chromalloc-off", "total_s")),
              "slowdown_victim_on_vs_off": ratio(on, off),
              "slowdown_wall_on_vs_off": ratio(get(w, "chromalloc-on", "wall_s"), get(w, "chromalloc-off", "wall_s")),
@@ -810,16 +824,21 @@ def summarise(runs, corun, found, instr, cfg_names):
     fd = {}
     for b in FOUNDATION if found else []:
         d = {}
-        for c in ("chromalloc-off", "chromalloc-on"):
+        for c in ("chromalloc-off", "chromalloc-on", "chromalloc-off-again"):
             secs = [r.total_s for r in found if r.workload == b and r.config == c and r.ok]
             d[c] = {"median_seconds": median(secs), "min_seconds": min(secs, default=None),
                     "max_seconds": max(secs, default=None), "ok_runs": len(secs)}
-        d["ratio_on_vs_off"] = ratio(d["chromalloc-on"]["median_seconds"], d["chromalloc-off"]["median_seconds"])
+        # per rep (the three run next to each other there), then the median, as the neutral
+        # workloads' on / off; and the same of the control against off
+        d["ratio_on_vs_off"] = paired(found, b, "chromalloc-on", "chromalloc-off")
+        d["ratio_control_vs_off"] = paired(found, b, "chromalloc-off-again", "chromalloc-off")
+        d["ratio_of_medians_on_vs_off"] = ratio(d["chromalloc-on"]["median_seconds"], d["chromalloc-off"]["median_seconds"])
         fd[b] = d
     if found:                                  # over all four, or none when one has no result
-        per = [fd[b]["ratio_on_vs_off"] for b in FOUNDATION]
-        fd["geomean_ratio_on_vs_off"] = geomean(per) if all(per) else None
-        fd["geomean_ratio_on_vs_off_available"] = geomean(per)
+        for k in ("ratio_on_vs_off", "ratio_control_vs_off", "ratio_of_medians_on_vs_off"):
+            per = [fd[b][k] for b in FOUNDATION]
+            fd["geomean_" + k] = geomean(per) if all(per) else None
+        fd["geomean_ratio_on_vs_off_available"] = geomean([fd[b]["ratio_on_vs_off"] for b in FOUNDATION])
     # the policy's cost: its instructions, and the monitoring time of the wall-time runs
     for b in FOUNDATION if instr else []:
         d = fd.setdefault(b, {})
@@ -867,7 +886,8 @@ def targets(wl, ratios, fd, found_ran, instr_ran, runs):
         t.append((f"{w}: time on / off <= {TARGETS['slowdown']} (workload loop, in-program; median of per-pair ratios)",
                   verdict(v, TARGETS["slowdown"], False, ran(w, "chromalloc-on", "chromalloc-off")),
                   fmt(v, ".4f") + "  [" + clean_policy_text(runs, w) + "]"))
-    name = f"foundation ({', '.join(FOUNDATION)}): geomean wall time on / off <= {TARGETS['overhead']}"
+    name = (f"foundation ({', '.join(FOUNDATION)}): geomean wall time on / off <= {TARGETS['overhead']} "
+            f"(median of per-rep ratios; control: nightwatch=0 / nightwatch=0)")
     if not found_ran:
         t.append((name, "SKIP", "not run"))
     else:
@@ -876,7 +896,10 @@ def targets(wl, ratios, fd, found_ran, instr_ran, runs):
         g = fd.get("geomean_ratio_on_vs_off")
         t.append((name, "FAIL" if missing else verdict(g, TARGETS["overhead"], False),
                   (f"no result for {', '.join(missing)}; " if missing else "") + fmt(g, ".4f")
-                  + "  [" + ", ".join(f"{b} {fmt(v, '.3f')}" for b, v in zip(FOUNDATION, per)) + "]"))
+                  + "  [" + ", ".join(f"{b} {fmt(v, '.3f')}" for b, v in zip(FOUNDATION, per)) + "]"
+                  + f"  control {fmt(fd.get('geomean_ratio_control_vs_off'), '.4f')}  [" + ", ".join(
+                      f"{b} {fmt(fd[b]['ratio_control_vs_off'], '.3f')}" for b in FOUNDATION) + "]"
+                  + f"  ratio of medians {fmt(fd.get('geomean_ratio_of_medians_on_vs_off'), '.4f')}"))
     limit = TARGETS["overhead"] - 1
     name = (f"foundation: policy cost (extra instructions (callgrind) x user share of CPU time + monitoring "
             f"time share, both of the wall-time runs) <= {limit:.0%} for each")
@@ -990,10 +1013,13 @@ def plot(path, wl, ratios, co, fd, cfg_names):
     bs = [b for b in FOUNDATION if b in fd]
     if bs:
         series = [("wall time", [fd[b].get("ratio_on_vs_off") for b in bs] + [fd.get("geomean_ratio_on_vs_off")], "#d62728"),
+                  ("control: off / off", [fd[b].get("ratio_control_vs_off") for b in bs]
+                   + [fd.get("geomean_ratio_control_vs_off")], "#7f7f7f"),
                   ("instructions (callgrind)", [fd[b].get("instructions_on_vs_off") for b in bs] + [None], "#1f77b4")]
         series = [(n, [y or 0 for y in ys], c) for n, ys, c in series if any(ys)]
+        bw = 0.8 / max(len(series), 1)
         for i, (n, ys, c) in enumerate(series):
-            a.bar([x + (i - (len(series) - 1) / 2) * 0.4 for x in range(len(ys))], ys, 0.4, label=n, color=c)
+            a.bar([x + (i - (len(series) - 1) / 2) * bw for x in range(len(ys))], ys, bw, label=n, color=c)
         a.axhline(1.0, color="black", linewidth=0.8)
         a.axhline(TARGETS["overhead"], color="red", linewidth=0.8, linestyle=":", label=f"target {TARGETS['overhead']}")
         a.set_xticks(range(len(bs) + 1))
@@ -1081,13 +1107,15 @@ def print_tables(wl, ratios, pred, ctx, co, fd, cfg_names):
         say(f"  on/off speed-up {fmt(r['speedup_on_vs_off'])}, on vs glibc {fmt(r['speedup_on_vs_glibc'])}, "
             f"glibc co-run / alone {fmt(r['pollution_factor_glibc'])} (the pollution there is to remove)")
     if any("ratio_on_vs_off" in fd.get(b, {}) for b in FOUNDATION):
-        say("\nFoundation benchmarks: median wall s, nightwatch=0 / nightwatch=1 [min-max]")
+        say("\nFoundation benchmarks: median wall s, nightwatch=0 / nightwatch=1 / nightwatch=0 again (control) "
+            "[min-max]; on / off and control / off: median of per-rep ratios")
         for b in FOUNDATION:
             if "ratio_on_vs_off" in fd.get(b, {}):
                 d = fd[b]
                 say(f"  {b:<8}" + "".join(
                     f"{fmt(d[c]['median_seconds'], '.3f'):>8} [{fmt(d[c]['min_seconds'], '.3f')}-{fmt(d[c]['max_seconds'], '.3f')}]"
-                    for c in ("chromalloc-off", "chromalloc-on")) + f"   ratio {fmt(d['ratio_on_vs_off'], '.4f')}")
+                    for c in ("chromalloc-off", "chromalloc-on", "chromalloc-off-again"))
+                    + f"   on/off {fmt(d['ratio_on_vs_off'], '.4f')}   control/off {fmt(d['ratio_control_vs_off'], '.4f')}")
     if any("instructions_on_vs_off" in fd.get(b, {}) for b in FOUNDATION):
         say("\nFoundation benchmarks: instructions (callgrind, median), " + " / ".join(f"{c} {o}" for c, o in INSTR_CONFIGS.items())
             + "; user share: user / (user + sys) CPU time of the wall-time runs with nightwatch=0; monitoring share: "
@@ -1217,7 +1245,7 @@ def main():
     found = []
     if "foundation" not in skip and lib_info:
         with tempfile.TemporaryDirectory(prefix="nightwatch-") as tmp:
-            found = foundation_experiment(br, Path(lib_info["measured_copy"]), 3 * reps, Path(tmp))
+            found = foundation_experiment(br, Path(lib_info["measured_copy"]), FOUNDATION_REPS * reps, Path(tmp))
     instr = []
     if "instructions" not in skip and lib_info:
         instr = instructions_experiment(br, Path(lib_info["measured_copy"]), reps)
