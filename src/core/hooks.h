@@ -28,7 +28,8 @@
      fills a span's free list, and block by block for a routed class) and, on the generic path,
      calls `sample` once the count has crossed a period, so each call stands for about
      `_ca_sample_period` bytes of small allocations.  The policy may return the chunk
-     (on a page of its own: an over-aligned block, _ca_malloc_aligned) or NULL.
+     (on a page of its own: an over-aligned block, _ca_malloc_aligned) or NULL.  Called from
+     `sample`, _ca_sample_defer(k) makes this thread's next sample come k periods later.
    Span-level mapping for small sizes: `_ca_route_class(c, flavour)` makes every ordinary
    heap serve class c from its heap of that flavour (0: back to its own spans).  A heap sees
    the change at its next generic call: a routed class's direct[] entries point at the empty
@@ -62,6 +63,7 @@ extern const ca_policy_t* _ca_policy;
 void _ca_hooks_install(const ca_hooks_t* hooks);   /* NULL uninstalls */
 void _ca_policy_install(const ca_policy_t* policy);
 extern int64_t  _ca_sample_period;            /* bytes of small allocations per sample (0: none) */
+void _ca_sample_defer(uint32_t periods);       /* from `sample`: the next one periods later */
 void _ca_route_class(uint32_t c, uint8_t flavour);
 uint8_t _ca_class_route(uint32_t c);           /* the flavour class c is served from (0: own) */
 #pragma GCC visibility pop

@@ -31,12 +31,13 @@ static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &
 /* volatile: the compiler takes malloc for a builtin that touches none of the program's globals */
 static volatile long samples, frees_seen;
 static void* volatile page_given;
-static volatile bool give_page;
+static volatile bool give_page, defer;
 static void* on_place(size_t n, bool zero, const void* frame, const void* ret) { return NULL; }
 static void on_chunk(ca_chunk_event_t ev, void* p, size_t size) { if (ev == CA_CHUNK_FREE && p == page_given) frees_seen++; }
 static void* on_sample(size_t n, const void* frame, const void* ret) {
   samples++;
   CHECK(n < 4096 && frame != NULL);
+  if (defer) _ca_sample_defer(4);
   if (!give_page) return NULL;
   give_page = false;
   return page_given = _ca_malloc_page();
@@ -60,6 +61,14 @@ static void test_sampling(void) {
   CHECK(samples >= (long)(bytes / 65536 / 2) && samples <= (long)(bytes / 65536 * 2));
   fprintf(stderr, "sampling: %ld and %ld samples for %zu KiB of 100-byte and 3000-byte blocks\n",
           listed, samples, (size_t)(40000 * 100 + 2000 * 3000) >> 10);
+  /* each sample defers the next by 4 periods: about a quarter as many */
+  defer = true;
+  samples = 0;
+  for (int i = 0; i < 40000; i++) p[i] = malloc(100);
+  for (int i = 0; i < 40000; i++) free(p[i]);
+  defer = false;
+  fprintf(stderr, "sampling: %ld samples deferred 4 periods each, %ld not\n", samples, listed);
+  CHECK(samples * 2 <= listed && samples * 8 >= listed);
   /* the policy's own page */
   give_page = true;
   char* q = NULL;
