@@ -220,13 +220,14 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   return s;
 }
 
-/* A small allocation in an ordinary heap: sampled for the policy when it crosses a sampling
-   period, served by a flavour heap when its class is routed, else NULL (the heap's own spans). */
+/* from the policy's `sample`: this thread's next sample comes `periods` periods later */
 void _ca_sample_defer(uint32_t periods) {
   ca_heap_t* h = _ca_heap;
   if (periods > 1 && h->flavour == 0) h->sample_left += (int64_t)(periods - 1) * _ca_sample_period;
 }
 
+/* A small allocation in an ordinary heap: sampled for the policy when it crosses a sampling
+   period, served by a flavour heap when its class is routed, else NULL (the heap's own spans). */
 static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void* ret) {
   uint32_t gen = atomic_load_explicit(&route_gen, ca_acquire);
   if (ca_unlikely(h->route_gen != gen)) {

@@ -471,9 +471,9 @@ static bool class_restrictive(nw_class_t* k) {
   return r * 100 >= (uint64_t)total * ROUTE_SHARE_PCT;
 }
 
-/* A sample of context ctx in class k; true when the class's route should change.  No lock (a
-   sample of every ~128 KiB of small allocations took it: 1% of the foundation's mixed): a
-   context claims a free entry once, with a compare-and-swap, and counts are plain stores. */
+/* A sample of context ctx in class k; true when the class's route should change.  No lock
+   (every sample of every thread took one): a context claims a free entry once, with a
+   compare-and-swap, and counts are plain stores. */
 static bool note_class(uint32_t k, int ctx) {
   nw_class_t* t = &NW.classes[k];
   bump32(&t->total);
