@@ -460,7 +460,7 @@ static void arm_protection(void) {
 
 /* Class k is served from restrictive spans when the contexts the predictor makes restrictive
    hold ROUTE_SHARE_PCT of its samples. */
-static bool class_restrictive(nw_class_t* k) {
+static bool class_restrictive(const nw_class_t* k) {
   uint32_t total = atomic_load_explicit(&k->total, ca_relaxed);
   if (total < ROUTE_MIN) return false;
   uint64_t r = 0;
