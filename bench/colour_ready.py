@@ -8,7 +8,7 @@ Each process is `pv WORKLOAD --frames=200 --settle-ms=20000` under LD_PRELOAD=LI
 pv waits up to 20 s for the restrictive pool.  The colour layer's state, eviction sets and
 ready time are read from CHROMALLOC_STATS.  A change to the timing probe, or anything that moves
 its code, should be checked with this against the build before it (docs/colours.md).  The
-worker's CPU time (worker_cpu_ms), its eviction-set builds and the colour-count estimate
+worker's CPU time (worker_cpu_ms), its eviction-set builds (and the step at which failed ones failed) and the colour-count estimate
 (estimated, over how many chunks, whether a second try ran) are printed too."""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -44,6 +44,7 @@ def main():
                 print(f"round {r + 1} {name}: {c.get('state')} sets {c.get('eviction_sets', '-')} "
                       f"ready_ms {c.get('ready_ms', '-')} worker_cpu_ms {c.get('worker_cpu_ms', '-')} "
                       f"set builds {c.get('set_builds', '-')} failed {c.get('set_build_failures', '-')} "
+                      f"at {c.get('set_build_failed_at', '-')} "
                       f"estimated {c.get('estimated', '-')} over {c.get('estimate_chunks', '-')} chunks "
                       f"second try {c.get('probe_remeasured', '-')} "
                       f"start_failures {c.get('start_failures', '-')} "

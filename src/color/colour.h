@@ -49,6 +49,11 @@
 #define CA_QUIET_MAX      24      /* quiet pages of the timing probe */
 
 /* ---- the probe: does touching pages[0..n) evict page r from the level? ------------------- */
+/* The steps of an eviction-set search (evset.c), for counting where searches fail: the whole
+   candidate group does not evict r, the reduction finds no minimal set, the extension finds too
+   few pages of r's colour, the full set does not evict r, or a member is not needed. */
+enum { CA_SEARCH_WHOLE, CA_SEARCH_REDUCE, CA_SEARCH_EXTEND, CA_SEARCH_FULL, CA_SEARCH_NEEDED, CA_SEARCH_STAGES };
+
 typedef struct ca_probe_s ca_probe_t;
 struct ca_probe_s {
   bool (*evicts)(ca_probe_t* p, void* r, void* const* pages, size_t n);
@@ -60,6 +65,7 @@ struct ca_probe_s {
   uint64_t plain_searches;                          /* eviction-set searches that asked plainly */
   uint32_t search_streak;                           /* ... and how they went (evset.c) */
   bool     search_plainly;
+  uint32_t search_failed[CA_SEARCH_STAGES];         /* failed searches by the step that failed */
   /* optional: the stricter question "is most of r evicted?", which confirms a page's colour.
      A page can share part of its sets with another colour's pages (a Zen 5 L2: 1 page in 3
      read 60-75% of a full eviction against another colour's set); it must not join that

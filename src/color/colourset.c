@@ -1161,6 +1161,13 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"set_build_failures\":"); ca_buf_u64(b, L.disc.set_failures);
   ca_buf_str(b, ",\"set_build_ms\":"); ca_buf_u64(b, L.disc.set_build_ns / 1000000);
   ca_buf_str(b, ",\"set_builds_plain\":"); ca_buf_u64(b, L.probe.base.plain_searches);
+  static const char* const stage[CA_SEARCH_STAGES] = { "whole", "reduce", "extend", "full", "needed" };
+  ca_buf_str(b, ",\"set_build_failed_at\":{");
+  for (int i = 0; i < CA_SEARCH_STAGES; i++) {
+    ca_buf_str(b, i ? ",\"" : "\""); ca_buf_str(b, stage[i]); ca_buf_str(b, "\":");
+    ca_buf_u64(b, L.probe.base.search_failed[i]);
+  }
+  ca_buf_str(b, "}");
   ca_buf_str(b, ",\"sets_duplicate\":"); ca_buf_u64(b, L.disc.duplicates);
   ca_buf_str(b, ",\"start_failures\":"); ca_buf_u64(b, L.start_failures);
   ca_buf_str(b, ",\"estimated\":"); ca_buf_u64(b, L.estimated);

@@ -96,13 +96,15 @@ static int extend(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int m, i
 }
 
 /* A set of `ways` pages of r's colour asking `evicts`, left in cand[0..ways): ways, or -1. */
+static int failed(ca_probe_t* p, int stage) { p->search_failed[stage]++; return -1; }
+
 static int search(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int n, int ways, uint64_t* rng) {
   int m = reduce(p, evicts, r, cand, n, ways, rng);
-  if (m < 1 || m > ways) return -1;
-  if (extend(p, evicts, r, cand, m, n, ways) < ways) return -1;
+  if (m < 1 || m > ways) return failed(p, CA_SEARCH_REDUCE);
+  if (extend(p, evicts, r, cand, m, n, ways) < ways) return failed(p, CA_SEARCH_EXTEND);
   int yes = 0;                                   /* the full set must evict r: two of three */
   for (int k = 0; k < 3; k++) yes += evicts(p, r, (void* const*)cand, (size_t)ways);
-  if (yes < 2) return -1;
+  if (yes < 2) return failed(p, CA_SEARCH_FULL);
   /* and every member must be needed: left out, the other ways - 1 must not evict r.  This
      rejects a set with a stranger in it, and sets measured while the neighbour held ways. */
   void* fewer[CA_WAYS_MAX];
@@ -111,7 +113,7 @@ static int search(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int n, i
     for (int i = 0; i < ways; i++) if (i != j) fewer[k++] = cand[i];
     int still = 0;
     for (int t = 0; t < 3; t++) still += p->evicts(p, r, (void* const*)fewer, (size_t)k);
-    if (still >= 2) return -1;
+    if (still >= 2) return failed(p, CA_SEARCH_NEEDED);
   }
   return ways;
 }
@@ -136,7 +138,7 @@ int _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint6
   p->prepare(p, r);
   evicts_t evicts = p->evicts;
   if (p->evicts_clearly && !p->search_plainly && p->evicts_clearly(p, r, (void* const*)cand, (size_t)n)) evicts = p->evicts_clearly;
-  else if (!p->evicts(p, r, (void* const*)cand, (size_t)n)) return -1;
+  else if (!p->evicts(p, r, (void* const*)cand, (size_t)n)) return failed(p, CA_SEARCH_WHOLE);
   int k = search(p, evicts, r, cand, n, ways, rng);
   if (p->evicts_clearly) {
     p->plain_searches += evicts == p->evicts;
