@@ -44,7 +44,7 @@ def main():
                 print(f"round {r + 1} {name}: {c.get('state')} sets {c.get('eviction_sets', '-')} "
                       f"ready_ms {c.get('ready_ms', '-')} worker_cpu_ms {c.get('worker_cpu_ms', '-')} "
                       f"set builds {c.get('set_builds', '-')} failed {c.get('set_build_failures', '-')} "
-                      f"at {c.get('set_build_failed_at', '-')} "
+                      f"at {c.get('set_build_failed_at', '-')} duplicate {c.get('sets_duplicate', '-')} "
                       f"estimated {c.get('estimated', '-')} over {c.get('estimate_chunks', '-')} chunks "
                       f"second try {c.get('probe_remeasured', '-')} "
                       f"start_failures {c.get('start_failures', '-')} "

@@ -50,9 +50,10 @@
 
 /* ---- the probe: does touching pages[0..n) evict page r from the level? ------------------- */
 /* The steps of an eviction-set search (evset.c), for counting where searches fail: the whole
-   candidate group does not evict r, the reduction finds no minimal set, the extension finds too
-   few pages of r's colour, the full set does not evict r, or a member is not needed. */
-enum { CA_SEARCH_WHOLE, CA_SEARCH_REDUCE, CA_SEARCH_EXTEND, CA_SEARCH_FULL, CA_SEARCH_NEEDED, CA_SEARCH_STAGES };
+   candidate group does not evict r, the reduction finds no minimal set, or one of more than
+   `ways` pages, the extension finds too few pages of r's colour, the full set does not evict r,
+   or a member is not needed. */
+enum { CA_SEARCH_WHOLE, CA_SEARCH_REDUCE, CA_SEARCH_LARGE, CA_SEARCH_EXTEND, CA_SEARCH_FULL, CA_SEARCH_NEEDED, CA_SEARCH_STAGES };
 
 typedef struct ca_probe_s ca_probe_t;
 struct ca_probe_s {

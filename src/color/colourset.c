@@ -1161,7 +1161,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"set_build_failures\":"); ca_buf_u64(b, L.disc.set_failures);
   ca_buf_str(b, ",\"set_build_ms\":"); ca_buf_u64(b, L.disc.set_build_ns / 1000000);
   ca_buf_str(b, ",\"set_builds_plain\":"); ca_buf_u64(b, L.probe.base.plain_searches);
-  static const char* const stage[CA_SEARCH_STAGES] = { "whole", "reduce", "extend", "full", "needed" };
+  static const char* const stage[CA_SEARCH_STAGES] = { "whole", "reduce", "large", "extend", "full", "needed" };
   ca_buf_str(b, ",\"set_build_failed_at\":{");
   for (int i = 0; i < CA_SEARCH_STAGES; i++) {
     ca_buf_str(b, i ? ",\"" : "\""); ca_buf_str(b, stage[i]); ca_buf_str(b, "\":");

@@ -100,7 +100,8 @@ static int failed(ca_probe_t* p, int stage) { p->search_failed[stage]++; return 
 
 static int search(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int n, int ways, uint64_t* rng) {
   int m = reduce(p, evicts, r, cand, n, ways, rng);
-  if (m < 1 || m > ways) return failed(p, CA_SEARCH_REDUCE);
+  if (m < 1) return failed(p, CA_SEARCH_REDUCE);
+  if (m > ways) return failed(p, CA_SEARCH_LARGE);
   if (extend(p, evicts, r, cand, m, n, ways) < ways) return failed(p, CA_SEARCH_EXTEND);
   int yes = 0;                                   /* the full set must evict r: two of three */
   for (int k = 0; k < 3; k++) yes += evicts(p, r, (void* const*)cand, (size_t)ways);
