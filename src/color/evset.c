@@ -95,9 +95,9 @@ static int extend(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int m, i
   return size;
 }
 
-/* A set of `ways` pages of r's colour asking `evicts`, left in cand[0..ways): ways, or -1. */
 static int failed(ca_probe_t* p, int stage) { p->search_failed[stage]++; return -1; }
 
+/* A set of `ways` pages of r's colour asking `evicts`, left in cand[0..ways): ways, or -1. */
 static int search(ca_probe_t* p, evicts_t evicts, void* r, void** cand, int n, int ways, uint64_t* rng) {
   int m = reduce(p, evicts, r, cand, n, ways, rng);
   if (m < 1) return failed(p, CA_SEARCH_REDUCE);

@@ -6,6 +6,9 @@
 # the colour worker's cost, which the older file does not have.  pv-frames-audit-stats.json
 # (`bench/nightwatch.py` partial run, pv frames policy on, rep 3, Zen 5 machine, 2026-11-27,
 # fourteenth session): the slice audit's line, which the older files do not have.
+# pv-packets-failed-at-stats.json (`bench/nightwatch.py` run at 4a14d5e, pv packets policy on,
+# rep 4, Zen 5 machine, 2026-11-27, seventeenth session): the step at which failed eviction-set
+# builds failed, and the sets dropped as duplicates, on the worker's line.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
@@ -30,5 +33,7 @@ expect "    worker: 6.7 s of CPU, ready 5.5 s after it started; 67 eviction-set 
 grep -qF "slice audit:" <<<"$out" && { echo "FAIL chromalloc report: a slice audit line from statistics without the audit"; fail=1; }
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-audit-stats.json")
 expect "    slice audit: 1 groups judged, 0 not of few colours, 16 strays; 32376 pages audited, 2504 turned away"
+out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-packets-failed-at-stats.json")
+expect "72 eviction-set builds, 67 failed (whole 3, reduce 18, large 22, full 1, needed 23), 1 found dropped as duplicates or wide"
 [ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
 exit $fail

@@ -133,6 +133,19 @@ static void test_reduce(double noise) {
           noise * 100, ok, tries, exact, (double)s.base.tests / tries);
   CHECK_EQ(exact, ok);                 /* a set it returns never holds a page of another colour */
   CHECK(ok >= (noise == 0 ? tries : tries * 3 / 4));
+  uint32_t failed = 0;                 /* each failed search is counted once, at its step */
+  for (int i = 0; i < CA_SEARCH_STAGES; i++) failed += s.base.search_failed[i];
+  CHECK_EQ((int)failed, tries - ok);
+  /* candidates none of which has r's colour: the whole group evicts nothing, and that step is
+     the one counted */
+  void* cand[600], *r = src.pages[8000];
+  int n = 0;
+  for (int i = 0; i < 8000 && n < 600; i++) if (oracle(&s, src.pages[i]) != oracle(&s, r)) cand[n++] = src.pages[i];
+  uint32_t whole = s.base.search_failed[CA_SEARCH_WHOLE];
+  if (noise == 0) {
+    CHECK_EQ(_ca_evset_reduce(&s.base, r, cand, n, 8, &rng), -1);
+    CHECK_EQ(s.base.search_failed[CA_SEARCH_WHOLE], whole + 1);
+  }
   free_source(&src);
 }
 
