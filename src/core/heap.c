@@ -32,6 +32,15 @@ void _ca_route_class(uint32_t c, uint8_t flavour) {
 
 uint8_t _ca_class_route(uint32_t c) { return c < CA_CLASS_MAX ? atomic_load_explicit(&class_route[c], ca_relaxed) : 0; }
 
+/* span classes of a page or more whose chunks the policy names one by one (`place`) */
+static _Atomic(uint8_t) class_placed[CA_CLASS_MAX];
+
+void _ca_place_class(uint32_t c, bool on) {
+  if (c < CA_CLASS_MAX) atomic_store_explicit(&class_placed[c], on, ca_relaxed);
+}
+
+bool _ca_class_placed(uint32_t c) { return c < CA_CLASS_MAX && atomic_load_explicit(&class_placed[c], ca_relaxed); }
+
 static bool routed(const ca_heap_t* h, uint32_t c) {
   return h->flavour == 0 && atomic_load_explicit(&class_route[c], ca_relaxed) != 0;
 }
@@ -226,8 +235,9 @@ void _ca_sample_defer(uint32_t periods) {
   if (periods > 1 && h->flavour == 0) h->sample_left += (int64_t)(periods - 1) * _ca_sample_period;
 }
 
-/* A small allocation in an ordinary heap: sampled for the policy when it crosses a sampling
-   period, served by a flavour heap when its class is routed, else NULL (the heap's own spans). */
+/* A span-class allocation in an ordinary heap: sampled for the policy when it crosses a
+   sampling period, served by a flavour heap when its class is routed, else NULL (the heap's own
+   spans). */
 static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void* ret) {
   uint32_t gen = atomic_load_explicit(&route_gen, ca_acquire);
   if (ca_unlikely(h->route_gen != gen)) {
@@ -260,18 +270,22 @@ void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const voi
     h = _ca_thread_init();
     if (h == NULL) { errno = ENOMEM; return NULL; }
   }
-  if (n >= CA_OS_PAGE && h->flavour == 0 && !_ca_no_policy) {
-    void* p = _ca_policy_place(n, false, frame, ret);
-    if (p != NULL) return p;
+  /* a chunk above the span classes is the policy's to place; a span-class one is sampled
+     (small_policy) and then, in a class the policy names one by one, offered to it as well */
+  bool policy = h->flavour == 0 && !_ca_no_policy;
+  if (n > _ca_medium_limit) {
+    void* p = policy ? _ca_policy_place(n, false, frame, ret) : NULL;
+    return p != NULL ? p : _ca_large_alloc(n, 0, false, h->flavour);
   }
-  if (n > _ca_medium_limit) return _ca_large_alloc(n, 0, false, h->flavour);
   h->generic_calls++;
   if (atomic_load_explicit(&h->delayed_free, ca_relaxed) != NULL) _ca_heap_delayed_free(h);
   for (uint32_t f = 1; f < CA_FLAVOURS && (h->generic_calls & 63) == 0; f++)
     if (h->flavours[f] && atomic_load_explicit(&h->flavours[f]->delayed_free, ca_relaxed)) _ca_heap_delayed_free(h->flavours[f]);
   if (h->purge.first != NULL && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
-  if (n < CA_OS_PAGE && h->flavour == 0) {
+  if (h->flavour == 0) {
     void* p = small_policy(h, n, frame, ret);
+    if (p == NULL && policy && n >= CA_OS_PAGE && atomic_load_explicit(&class_placed[_ca_size_class(n)], ca_relaxed))
+      p = _ca_policy_place(n, false, frame, ret);
     if (p != NULL) return p;
   }
   ca_span_t* s = heap_find_span(h, _ca_size_class(n));

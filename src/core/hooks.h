@@ -13,9 +13,11 @@
 
    A policy (src/policy/) installs a second, separate table:
    - place: a chunk of at least a page is requested from a thread's ordinary heap (malloc, or
-     calloc when `zero`).  The policy may allocate it itself (as a large object of a flavour,
-     through _ca_large_alloc / _ca_malloc_flavour, which never call place) or return NULL to let
-     the core allocate it as usual.  Sizes below a page, and the fast path, never see it.
+     calloc when `zero`), larger than the span classes (_ca_medium_limit) or of a span class
+     the policy asked to see one by one (`_ca_place_class`).  The policy may allocate it itself
+     (as a large object of a flavour, through _ca_large_alloc / _ca_malloc_flavour, which never
+     call place) or return NULL to let the core allocate it as usual.  Other sizes, and the
+     fast path, never see it.
      `frame` is the frame address of the allocator's entry point (__builtin_frame_address(0)
      there): the program's frames lie above it, which is where a context is read from; `ret`
      is the entry point's return address: the program's call site.
@@ -23,14 +25,15 @@
      (CA_CHUNK_RESIZE), or a block of a span holding a page from _ca_malloc_page is freed
      (CA_CHUNK_FREE, size 0):
      the policy stops watching it.
-   - sample: chunks below a page, sampled by bytes.  While `_ca_sample_period` is not 0, each
-     thread's ordinary heap counts down the bytes its small allocations take (counted as it
+   - sample: span-class chunks (up to _ca_medium_limit, also those of a class placed one by
+     one, before `place` sees them), sampled by bytes.  While `_ca_sample_period` is not 0, each
+     thread's ordinary heap counts down the bytes its span-class allocations take (counted as it
      fills a span's free list, and block by block for a routed class) and, on the generic path,
      calls `sample` once the count has crossed a period, so each call stands for about
-     `_ca_sample_period` bytes of small allocations.  The policy may return the chunk
-     (on a page of its own: an over-aligned block, _ca_malloc_aligned) or NULL.  Called from
+     `_ca_sample_period` bytes of such allocations.  The policy may return the chunk (on pages
+     of its own) or NULL.  Called from
      `sample`, _ca_sample_defer(k) makes this thread's next sample come k periods later.
-   Span-level mapping for small sizes: `_ca_route_class(c, flavour)` makes every ordinary
+   Span-level mapping for span classes: `_ca_route_class(c, flavour)` makes every ordinary
    heap serve class c from its heap of that flavour (0: back to its own spans).  A heap sees
    the change at its next generic call: a routed class's direct[] entries point at the empty
    span, so all its allocations take the generic path, which serves them from the flavour
@@ -62,10 +65,12 @@ extern const ca_hooks_t* _ca_hooks;
 extern const ca_policy_t* _ca_policy;
 void _ca_hooks_install(const ca_hooks_t* hooks);   /* NULL uninstalls */
 void _ca_policy_install(const ca_policy_t* policy);
-extern int64_t  _ca_sample_period;            /* bytes of small allocations per sample (0: none) */
+extern int64_t  _ca_sample_period;            /* bytes of sampled allocations per sample (0: none) */
 void _ca_sample_defer(uint32_t periods);       /* from `sample`: the next one periods later */
 void _ca_route_class(uint32_t c, uint8_t flavour);
 uint8_t _ca_class_route(uint32_t c);           /* the flavour class c is served from (0: own) */
+void _ca_place_class(uint32_t c, bool on);     /* class c's chunks of a page or more go to `place` */
+bool _ca_class_placed(uint32_t c);
 #pragma GCC visibility pop
 
 #define CA_HOOK(name, ...) do { const ca_hooks_t* h_ = _ca_hooks; if (h_ != NULL && h_->name != NULL) h_->name(__VA_ARGS__); } while (0)

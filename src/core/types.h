@@ -171,7 +171,7 @@ struct ca_heap_s {
   uint64_t             rng;                     /* xorshift state: span colours */
   uint32_t             colour[CA_CLASS_MAX];    /* next span's first-block offset per class */
   uint64_t             generic_calls;
-  int64_t              sample_left;             /* bytes of small allocations to the next sample */
+  int64_t              sample_left;             /* bytes of sampled allocations to the next sample */
   uint32_t             route_gen;               /* class routes seen (_ca_route_class) */
   uint8_t              flavour;                 /* of the memory this heap's segments get */
   ca_heap_t*           main;                    /* the thread's ordinary heap (itself if it is) */

@@ -102,13 +102,13 @@ typedef struct nw_class_s {                   /* the size table of small chunks,
   _Atomic(uint32_t) total;                    /* with the samples of contexts beyond CLASS_CTXS */
 } nw_class_t;
 
-typedef enum nw_event_kind_e { EV_NONE, EV_VERDICT, EV_DECISION, EV_ROUTE, EV_COLOURS, EV_PROTECT } nw_event_kind_t;
+typedef enum nw_event_kind_e { EV_NONE, EV_VERDICT, EV_DECISION, EV_ROUTE, EV_COLOURS, EV_PROTECT, EV_PLACE } nw_event_kind_t;
 
 typedef struct nw_event_s {                   /* one entry of the timeline (statistics) */
   uint32_t         ms;                        /* since start */
   _Atomic(uint8_t) kind;                      /* nw_event_kind_t, stored last (EV_NONE: being written) */
-  bool             on;                        /* polluter, restrictive, routed */
-  uint32_t         arg;                       /* context, or a routed class's block size */
+  bool             on;                        /* polluter, restrictive, routed, named one by one */
+  uint32_t         arg;                       /* context, or a class's block size */
 } nw_event_t;
 
 typedef struct nw_watched_s {                 /* a chunk being monitored */
@@ -135,6 +135,7 @@ static struct {
   bool              monitor_ready;
   uint64_t          start_ns, budget_pm;
   nw_class_t        classes[CA_CLASS_MAX];    /* no lock: counts may lose an increment in a race */
+  bool              class_shared[CA_CLASS_MAX];   /* named one by one for a restrictive context (logged) */
   _Atomic(uint64_t) small_members, medium_members;
   char              off_reason[96];
   _Atomic(uint64_t) monitored, switches, lost, over_budget, alloc_cost_ns;
@@ -458,17 +459,32 @@ static void arm_protection(void) {
 
 /* ---- small chunks: the size table, span-level mapping, groups ---------------------------- */
 
-/* Class k is served from restrictive spans when the contexts the predictor makes restrictive
-   hold ROUTE_SHARE_PCT of its samples. */
-static bool class_restrictive(const nw_class_t* k) {
-  uint32_t total = atomic_load_explicit(&k->total, ca_relaxed);
-  if (total < ROUTE_MIN) return false;
+/* What the size table asks of class k: `route`, serve it from restrictive spans, when the
+   contexts the predictor makes restrictive hold ROUTE_SHARE_PCT of its samples; `one_by_one`,
+   for a class of a page or more, name its chunks one by one (`place`, each given its context's
+   mapping): `shared`, a restrictive context shares it with others; or one of its contexts has a
+   group on (its members join as in `place`, one per sampling period of the context's bytes,
+   and a group of sampled members judged none of pv neutral's reused buffers); or nothing
+   samples it (nightwatch_small=0), or every chunk is monitored. */
+typedef struct { bool route, one_by_one, shared; } class_want_t;
+
+static class_want_t class_want(uint32_t k) {
+  const nw_class_t* t = &NW.classes[k];
+  uint32_t total = atomic_load_explicit(&t->total, ca_relaxed);
   uint64_t r = 0;
+  bool grouped = false;
   for (int i = 0; i < CLASS_CTXS; i++) {
-    int c1 = atomic_load_explicit(&k->ctx[i], ca_relaxed);
-    if (c1 != 0 && _ca_nw_predict(c1 - 1) == CA_MAP_RESTRICTIVE) r += atomic_load_explicit(&k->samples[i], ca_relaxed);
+    int c1 = atomic_load_explicit(&t->ctx[i], ca_relaxed);
+    if (c1 == 0) continue;
+    if (_ca_nw_predict(c1 - 1) == CA_MAP_RESTRICTIVE) r += atomic_load_explicit(&t->samples[i], ca_relaxed);
+    grouped |= NW.ctx[c1 - 1].group_on;
   }
-  return r * 100 >= (uint64_t)total * ROUTE_SHARE_PCT;
+  class_want_t w;
+  bool medium = _ca_class_size[k] >= CA_OS_PAGE;
+  w.route = total >= ROUTE_MIN && r * 100 >= (uint64_t)total * ROUTE_SHARE_PCT;
+  w.shared = medium && r > 0 && !w.route;
+  w.one_by_one = w.shared || (medium && (grouped || !NW.groups || NW.monitor_all));
+  return w;
 }
 
 /* A sample of context ctx in class k; true when the class's route should change.  No lock
@@ -482,19 +498,27 @@ static bool note_class(uint32_t k, int ctx) {
     if (c1 == 0 && (atomic_compare_exchange_strong(&t->ctx[i], &c1, ctx + 1) || c1 == ctx + 1)) c1 = ctx + 1;
     if (c1 == ctx + 1) { bump32(&t->samples[i]); break; }
   }
-  if (atomic_load_explicit(&NW.nrestrictive, ca_relaxed) == 0 && _ca_class_route(k) == 0) return false;   /* the usual case */
-  return class_restrictive(t) != (_ca_class_route(k) != 0);
+  if (atomic_load_explicit(&NW.nrestrictive, ca_relaxed) == 0 && _ca_class_route(k) == 0 && !_ca_class_placed(k)) return false;   /* the usual case */
+  class_want_t w = class_want(k);
+  return w.route != (_ca_class_route(k) != 0) || w.one_by_one != _ca_class_placed(k);
 }
 
-/* Make the core's class routes agree with the size table.  Not under NW.lock: the restrictive
-   flavour may start the colour layer, which allocates. */
+/* Make the core's class routes, and the classes it hands `place` one by one, agree with the size
+   table.  Not under NW.lock: the restrictive flavour may start the colour layer, which
+   allocates. */
 static void update_routes(void) {
-  bool want[CA_CLASS_MAX];
-  for (uint32_t k = 0; k < _ca_class_count; k++) want[k] = class_restrictive(&NW.classes[k]);
+  class_want_t want[CA_CLASS_MAX];
+  for (uint32_t k = 0; k < _ca_class_count; k++) want[k] = class_want(k);
   for (uint32_t k = 0; k < _ca_class_count; k++) {
-    uint8_t f = want[k] ? restrictive_now() : 0;
-    if (want[k] && NW.protect && !_ca_protect_armed()) arm_protection();
+    uint8_t f = want[k].route ? restrictive_now() : 0;
+    if (want[k].route && NW.protect && !_ca_protect_armed()) arm_protection();
     if (_ca_class_route(k) != f) { _ca_route_class(k, f); log_event(EV_ROUTE, (uint32_t)_ca_class_size[k], f != 0); }
+    if (_ca_class_placed(k) != want[k].one_by_one) _ca_place_class(k, want[k].one_by_one);
+    /* the timeline says when a class is shared by a restrictive context (not each group) */
+    if (NW.class_shared[k] != want[k].shared) {
+      NW.class_shared[k] = want[k].shared;
+      log_event(EV_PLACE, (uint32_t)_ca_class_size[k], want[k].shared);
+    }
   }
 }
 
@@ -589,9 +613,8 @@ static void on_group_verdict(int ctx, const ca_monitor_result_t* r) {
   c->group_on = false;
   _ca_nw_group_ended(ctx, r->judged, _ca_clock_ms());
   _ca_unlock(&NW.lock);
-  if (!r->judged) return;
-  ca_mapping_t before = _ca_nw_predict(ctx);
-  if (_ca_nw_verdict(ctx, predicted, r) != before) update_routes();
+  if (r->judged) _ca_nw_verdict(ctx, predicted, r);
+  update_routes();                            /* the verdict, and the group's classes sampled again */
 }
 
 /* ---- the policy hooks -------------------------------------------------------------------- */
@@ -670,11 +693,17 @@ static void* sample(size_t n, const void* frame, const void* ret) {
   if (ctx >= 0) {
     nw_ctx_t* c = &NW.ctx[ctx];
     bump(&c->samples, 1);
-    bool reroute = note_class(_ca_size_class(n), ctx);
+    uint32_t k = _ca_size_class(n);
+    bool reroute = note_class(k, ctx);
     if (reroute) update_routes();
-    if (group_due(ctx, c->group_on, n)) {
+    if (n >= CA_OS_PAGE && _ca_class_placed(k)) {
+      /* named one by one (place): counted here, so that the class's shares stay what its
+         samples say; monitored there */
+    } else if (group_due(ctx, c->group_on, n)) {
       monitor_ready();
+      bool was_on = c->group_on;
       p = place_member(ctx, n, false, _ca_nw_predict(ctx), 0);
+      if (n >= CA_OS_PAGE && !was_on && c->group_on) update_routes();   /* class_want: grouped */
     } else if (!reroute && !c->group_on && atomic_load_explicit(&c->countdown, ca_relaxed) > DEFER_MIN) {
       /* nothing due for a while (its skip has grown, or the budget refused it): this thread's
          next sample waits SAMPLE_DEFER periods (larson's 45 000 samples cost it 1.7%) */
@@ -745,6 +774,8 @@ void _ca_nightwatch_init(void) {
     if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
     NW.groups = _ca_opt(CA_OPT_NIGHTWATCH_SMALL) != 0;
     if (NW.groups) _ca_sample_period = (int64_t)(NW.judged_min / 8);
+    /* span classes of a page or more that nothing samples are named one by one (class_want) */
+    for (uint32_t k = 0; k < _ca_class_count; k++) _ca_place_class(k, class_want(k).one_by_one);
   }
   else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : _ca_opt(CA_OPT_COLOURS) == 0 ? "colours=0"
                  : "under valgrind (it misexecutes instructions resumed after a page trap; nightwatch_budget=0 runs without traps)");
@@ -787,9 +818,9 @@ static void context_json(ca_buf_t* b, int i) {
 }
 
 static void timeline_json(ca_buf_t* b) {
-  static const char* const names[] = { NULL, "verdict", "decision", "route", "colours_ready", "protection" };
-  static const char* const args[] = { NULL, "context", "context", "size", NULL, NULL };
-  static const char* const flags[] = { NULL, "polluter", "restrictive", "restrictive", NULL, "armed" };
+  static const char* const names[] = { NULL, "verdict", "decision", "route", "colours_ready", "protection", "place" };
+  static const char* const args[] = { NULL, "context", "context", "size", NULL, NULL, "size" };
+  static const char* const flags[] = { NULL, "polluter", "restrictive", "restrictive", NULL, "armed", "one_by_one" };
   uint32_t n = atomic_load_explicit(&NW.nevents, ca_relaxed);
   ca_buf_field_u64(b, "timeline_dropped", n > EVENTS ? n - EVENTS : 0);
   ca_buf_str(b, ",\"timeline\":[");
@@ -841,6 +872,9 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"routed_sizes\":[");
   for (uint32_t k = 0, first = 1; k < _ca_class_count; k++)
     if (_ca_class_route(k) != 0) { if (!first) ca_buf_char(b, ','); ca_buf_u64(b, _ca_class_size[k]); first = 0; }
+  ca_buf_str(b, "],\"one_by_one_sizes\":[");
+  for (uint32_t k = 0, first = 1; k < _ca_class_count; k++)
+    if (_ca_class_placed(k)) { if (!first) ca_buf_char(b, ','); ca_buf_u64(b, _ca_class_size[k]); first = 0; }
   ca_buf_str(b, "]");
   ca_buf_field_u64(b, "site_hits", st.site_hits);
   ca_buf_field_u64(b, "caller_hits", st.caller_hits);

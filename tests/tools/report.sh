@@ -16,7 +16,7 @@ fail=0
 expect() {
   if ! grep -qF -- "$1" <<<"$out"; then echo "FAIL chromalloc report: no line with '$1'"; fail=1; fi
 }
-expect "nightwatch: 15 chunks of a page or more, 0 monitored"
+expect "nightwatch: 15 chunks named one by one, 0 monitored"
 expect "sizes served from restrictive spans: 2064"
 expect "timeline (ms after start):"
 expect "     683  verdict polluter: 0x2bf6 (pv)"

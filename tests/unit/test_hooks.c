@@ -1,9 +1,11 @@
 /* The core's hooks (src/core/hooks.h): a layer that installs the memory hooks is asked about
    every new span and large object and told about every span given back; a policy is asked to
-   place every chunk of at least a page and sees large objects freed.  Linked against the static
+   place every chunk above the span classes, and those of a span class of a page or more it asks
+   for, and sees large objects freed.  Linked against the static
    library, since the hooks are internal. */
 #include "check.h"
 #include "../../src/core/hooks.h"
+#include "../../src/core/internal.h"
 
 static long spans, bytes_in, released, bytes_out, places, placed_big, frees;
 
@@ -48,7 +50,12 @@ int main(void) {
   CHECK_EQ(places, 1);                          /* below a page: not asked */
   void* volatile two_pages = malloc(8192);
   free(two_pages);
-  CHECK_EQ(places, 2);
+  CHECK_EQ(places, 1);                          /* a span class: sampled, not asked ... */
+  _ca_place_class(_ca_size_class(8192), true);
+  two_pages = malloc(8192);
+  free(two_pages);
+  CHECK_EQ(places, 2);                          /* ... unless the policy names its chunks one by one */
+  _ca_place_class(_ca_size_class(8192), false);
   _ca_hooks_install(NULL);
   _ca_policy_install(NULL);
   long before = spans;

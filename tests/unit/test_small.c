@@ -456,6 +456,64 @@ static void test_medium(void) {
   free(pkt);
 }
 
+/* Chunks of a page or more in span classes, with the policy as it runs by default (not every
+   chunk monitored): sampled as small chunks are.  A class that only a polluter's 32 KiB packets
+   use is served from restrictive spans and never named one by one; a 16 KiB class that a
+   polluter shares with buffers that stay open is named one by one once the polluter is known,
+   its chunks restrictive and the others' not. */
+__attribute__((noinline)) static char* shared_polluter(void) { char* p = malloc(16384); __asm__ volatile("" : : "r"(p) : "memory"); return p; }
+__attribute__((noinline)) static char* shared_open(void) { char* p = malloc(16384); __asm__ volatile("" : : "r"(p) : "memory"); return p; }
+
+static void test_medium_sampled(void) {
+  size_t per_pass = 3 * l2_bytes() / 32768, shared = 3 * l2_bytes() / 16384;
+  char** pkt = malloc(shared * sizeof *pkt);
+  static volatile long sum;
+  size_t open_restrictive = 0, pkt_r = 0, shared_r = 0;
+  bool done = false;
+  uint32_t pk = _ca_size_class(32768), sh = _ca_size_class(16384);
+  CHECK(pk != sh && !_ca_class_placed(pk) && !_ca_class_placed(sh));   /* sampled from the start */
+  for (double end = now_s() + 60; now_s() < end && !done;) {
+    pkt_r = shared_r = 0;
+    for (size_t i = 0; i < per_pass; i++) { pkt[i] = packet_alloc(); memset(pkt[i], (int)i, 32768); pkt_r += _ca_segment_of(pkt[i])->flavour != 0; }
+    for (size_t i = 0; i < per_pass; i++) for (size_t j = 0; j < 32768; j += 64) sum += pkt[i][j];
+    for (size_t i = 0; i < per_pass; i++) free(pkt[i]);
+    for (size_t i = 0; i < shared; i++) { pkt[i] = shared_polluter(); memset(pkt[i], (int)i, 16384); shared_r += _ca_segment_of(pkt[i])->flavour != 0; }
+    for (size_t i = 0; i < shared; i++) for (size_t j = 0; j < 16384; j += 64) sum += pkt[i][j];
+    for (size_t i = 0; i < shared; i++) free(pkt[i]);
+    for (size_t i = 0; i < shared / 2; i++) {
+      char* b = shared_open();
+      memset(b, (int)i, 16384);
+      sum += b[i & 4095];
+      open_restrictive += _ca_segment_of(b)->flavour != 0;
+      free(b);
+    }
+    done = pkt_r == per_pass && shared_r == shared;
+  }
+  if (_ca_policy == NULL) {
+    fprintf(stderr, "test_small: NightWatch turned itself off: sampled medium chunks not checked\n");
+    free(pkt);
+    return;
+  }
+  fprintf(stderr, "nightwatch, sampled: packets restrictive %zu of %zu, shared polluter %zu of %zu, open buffers "
+          "restrictive %zu; class of 32 KiB routed %d, named one by one %d; of 16 KiB routed %d, one by one %d\n",
+          pkt_r, per_pass, shared_r, shared, open_restrictive, _ca_class_route(pk) != 0, _ca_class_placed(pk),
+          _ca_class_route(sh) != 0, _ca_class_placed(sh));
+  CHECK(done);
+  CHECK(_ca_class_route(pk) != 0);
+  CHECK(_ca_class_route(sh) == 0 && _ca_class_placed(sh));
+  CHECK_EQ(open_restrictive, 0);
+  /* the timeline: the 16 KiB class named one by one for its restrictive context, the 32 KiB
+     class never (it may be, while a group of the packets' context is on: not logged) */
+  static char json[1 << 18];
+  chromalloc_stats_json(json, sizeof json);
+  char shared_ev[96], pk_ev[96];
+  snprintf(shared_ev, sizeof shared_ev, "\"event\":\"place\",\"size\":%u,\"one_by_one\":true", (unsigned)_ca_class_size[sh]);
+  snprintf(pk_ev, sizeof pk_ev, "\"event\":\"place\",\"size\":%u,", (unsigned)_ca_class_size[pk]);
+  CHECK(strstr(json, shared_ev) != NULL);
+  CHECK(strstr(json, pk_ev) == NULL);
+  free(pkt);
+}
+
 /* NightWatch gives restrictive memory only once the colour layer is ready (before, it would be
    ordinary memory anyway): wait for it, as a long-running program would have */
 int chromalloc_colours(unsigned level, unsigned from, unsigned to, unsigned den);
@@ -493,11 +551,21 @@ int main(int argc, char** argv) {
     perror("execv");
     return 1;
   }
+  if (strcmp(argv[1], "sampled") == 0) {
+    if (colours_ready()) test_medium_sampled();
+    return check_done("test_small (nightwatch, sampled)");
+  }
   test_getattr();
   if (colours_ready()) {
     test_nightwatch();
     malloc_trim(0);          /* the messages' restrictive spans, kept by the flavour heap, go back to the pool */
     test_medium();
   }
-  return check_done("test_small (nightwatch)");
+  int st = check_done("test_small (nightwatch)");
+  if (st != 0) return st;
+  setenv("CHROMALLOC_OPTIONS", "nightwatch=1", 1);
+  char* args[] = { argv[0], "sampled", NULL };
+  execv("/proc/self/exe", args);
+  perror("execv");
+  return 1;
 }
