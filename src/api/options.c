@@ -63,8 +63,9 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
   [CA_OPT_NIGHTWATCH_SMALL] = { "nightwatch_small", 1, 0, 1, bool_words,
                              "NightWatch judges chunks below the L2 too, sampled by bytes (one per L2/8 "
                              "bytes of a context's allocations, each on pages of its own, judged together "
-                             "per context), and serves a size class below a page from restrictive spans "
-                             "while its sampled contexts are polluters" },
+                             "per context), and serves a span size class (up to 64 KiB) from restrictive "
+                             "spans while its sampled contexts are polluters; with 0, span-class chunks "
+                             "of a page or more are named one by one" },
   [CA_OPT_NIGHTWATCH_DELAY] = { "nightwatch_delay", 1000, 0, 3600000, NULL,
                              "NightWatch starts the colour layer (seconds of one CPU's time to find the "
                              "colours) only once the process has run this many ms: a shorter program never "

@@ -236,9 +236,9 @@ void _ca_sample_defer(uint32_t periods) {
 }
 
 /* A span-class allocation in an ordinary heap: sampled for the policy when it crosses a
-   sampling period, served by a flavour heap when its class is routed, else NULL (the heap's own
-   spans). */
-static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void* ret) {
+   sampling period, offered to `place` when the policy names its class one by one, served by a
+   flavour heap when its class is routed, else NULL (the heap's own spans). */
+static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void* ret, bool policy) {
   uint32_t gen = atomic_load_explicit(&route_gen, ca_acquire);
   if (ca_unlikely(h->route_gen != gen)) {
     for (uint32_t c = 0; c < _ca_class_count; c++) direct_update(h, c);
@@ -253,6 +253,12 @@ static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void*
     h->sample_left = _ca_sample_period / 2 + (int64_t)(h->rng % (uint64_t)_ca_sample_period);
     const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
     void* q = p != NULL && p->sample != NULL ? p->sample(n, frame, ret) : NULL;
+    if (q != NULL) return q;
+  }
+  /* a class named one by one goes to `place` before its route: with every chunk monitored
+     (nightwatch_monitor=1), a routed class had 91 of pv packets' 6000 chunks monitored */
+  if (policy && n >= CA_OS_PAGE && atomic_load_explicit(&class_placed[c], ca_relaxed)) {
+    void* q = _ca_policy_place(n, false, frame, ret);
     if (q != NULL) return q;
   }
   if (!via) return NULL;
@@ -283,9 +289,7 @@ void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const voi
     if (h->flavours[f] && atomic_load_explicit(&h->flavours[f]->delayed_free, ca_relaxed)) _ca_heap_delayed_free(h->flavours[f]);
   if (h->purge.first != NULL && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
   if (h->flavour == 0) {
-    void* p = small_policy(h, n, frame, ret);
-    if (p == NULL && policy && n >= CA_OS_PAGE && atomic_load_explicit(&class_placed[_ca_size_class(n)], ca_relaxed))
-      p = _ca_policy_place(n, false, frame, ret);
+    void* p = small_policy(h, n, frame, ret, policy);
     if (p != NULL) return p;
   }
   ca_span_t* s = heap_find_span(h, _ca_size_class(n));

@@ -453,6 +453,8 @@ static void test_medium(void) {
           stats_value("nightwatch", "medium_members"));
   CHECK(check_pass >= 0);
   CHECK_EQ(scratch_restrictive, 0);
+  /* every chunk monitored: each packet was named one by one, routed class or not */
+  CHECK(stats_value("nightwatch", "chunks") >= (long long)(pass * per_pass));
   free(pkt);
 }
 
