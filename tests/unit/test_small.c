@@ -528,6 +528,16 @@ static bool colours_ready(void) {
   return false;
 }
 
+/* after a phase that passed (status 0), the next one: this program again with other options */
+static int next_phase(int status, char* self, const char* options, char* phase) {
+  if (status != 0) return status;
+  setenv("CHROMALLOC_OPTIONS", options, 1);
+  char* args[] = { self, phase, NULL };
+  execv("/proc/self/exe", args);
+  perror("execv");
+  return 1;
+}
+
 int main(int argc, char** argv) {
   const char* opts = getenv("CHROMALLOC_OPTIONS");
   if (argc < 2) {
@@ -545,13 +555,7 @@ int main(int argc, char** argv) {
     test_kept_order();
     test_ordinary_last();
     test_groups();
-    int st = check_done("test_small (core, monitor)");
-    if (st != 0) return st;
-    setenv("CHROMALLOC_OPTIONS", "nightwatch=1,nightwatch_monitor=1", 1);
-    char* args[] = { argv[0], "nightwatch", NULL };
-    execv("/proc/self/exe", args);
-    perror("execv");
-    return 1;
+    return next_phase(check_done("test_small (core, monitor)"), argv[0], "nightwatch=1,nightwatch_monitor=1", "nightwatch");
   }
   if (strcmp(argv[1], "sampled") == 0) {
     if (colours_ready()) test_medium_sampled();
@@ -563,11 +567,5 @@ int main(int argc, char** argv) {
     malloc_trim(0);          /* the messages' restrictive spans, kept by the flavour heap, go back to the pool */
     test_medium();
   }
-  int st = check_done("test_small (nightwatch)");
-  if (st != 0) return st;
-  setenv("CHROMALLOC_OPTIONS", "nightwatch=1", 1);
-  char* args[] = { argv[0], "sampled", NULL };
-  execv("/proc/self/exe", args);
-  perror("execv");
-  return 1;
+  return next_phase(check_done("test_small (nightwatch)"), argv[0], "nightwatch=1", "sampled");
 }
