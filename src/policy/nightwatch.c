@@ -494,7 +494,8 @@ static class_want_t class_want(uint32_t k) {
   return w;
 }
 
-/* A sample of context ctx in class k; true when the class's route should change.  No lock
+/* A sample of context ctx in class k; true when the class's route, or whether it is named one
+   by one, should change.  No lock
    (every sample of every thread took one): a context claims a free entry once, with a
    compare-and-swap, and counts are plain stores. */
 static bool note_class(uint32_t k, int ctx) {
@@ -703,15 +704,15 @@ static void* sample(size_t n, const void* frame, const void* ret) {
     uint32_t k = _ca_size_class(n);
     bool reroute = note_class(k, ctx);
     if (reroute) update_routes();
-    if (n >= CA_OS_PAGE && _ca_class_placed(k)) {
-      /* named one by one (place): counted here, so that the class's shares stay what its
-         samples say; monitored there */
-    } else if (group_due(ctx, c->group_on, n)) {
+    /* a class named one by one is counted here, so that its shares stay what its samples say,
+       and monitored in `place` */
+    bool placed = n >= CA_OS_PAGE && _ca_class_placed(k);
+    if (!placed && group_due(ctx, c->group_on, n)) {
       monitor_ready();
       bool was_on = c->group_on;
       p = place_member(ctx, n, false, _ca_nw_predict(ctx), 0);
       if (n >= CA_OS_PAGE && !was_on && c->group_on) update_routes();   /* class_want: grouped */
-    } else if (!reroute && !c->group_on && atomic_load_explicit(&c->countdown, ca_relaxed) > DEFER_MIN) {
+    } else if (!placed && !reroute && !c->group_on && atomic_load_explicit(&c->countdown, ca_relaxed) > DEFER_MIN) {
       /* nothing due for a while (its skip has grown, or the budget refused it): this thread's
          next sample waits SAMPLE_DEFER periods (larson's 45 000 samples cost it 1.7%) */
       _ca_sample_defer(SAMPLE_DEFER);
