@@ -114,7 +114,7 @@ typedef enum nw_event_kind_e { EV_NONE, EV_VERDICT, EV_DECISION, EV_ROUTE, EV_CO
 typedef struct nw_event_s {                   /* one entry of the timeline (statistics) */
   uint32_t         ms;                        /* since start */
   _Atomic(uint8_t) kind;                      /* nw_event_kind_t, stored last (EV_NONE: being written) */
-  bool             on;                        /* polluter, restrictive, routed, named one by one */
+  bool             on;                        /* polluter, restrictive, routed, shared by a restrictive context */
   uint32_t         arg;                       /* context, or a class's block size */
 } nw_event_t;
 
@@ -828,7 +828,7 @@ static void context_json(ca_buf_t* b, int i) {
 static void timeline_json(ca_buf_t* b) {
   static const char* const names[] = { NULL, "verdict", "decision", "route", "colours_ready", "protection", "place" };
   static const char* const args[] = { NULL, "context", "context", "size", NULL, NULL, "size" };
-  static const char* const flags[] = { NULL, "polluter", "restrictive", "restrictive", NULL, "armed", "one_by_one" };
+  static const char* const flags[] = { NULL, "polluter", "restrictive", "restrictive", NULL, "armed", "shared" };
   uint32_t n = atomic_load_explicit(&NW.nevents, ca_relaxed);
   ca_buf_field_u64(b, "timeline_dropped", n > EVENTS ? n - EVENTS : 0);
   ca_buf_str(b, ",\"timeline\":[");

@@ -509,7 +509,7 @@ static void test_medium_sampled(void) {
   static char json[1 << 18];
   chromalloc_stats_json(json, sizeof json);
   char shared_ev[96], pk_ev[96];
-  snprintf(shared_ev, sizeof shared_ev, "\"event\":\"place\",\"size\":%u,\"one_by_one\":true", (unsigned)_ca_class_size[sh]);
+  snprintf(shared_ev, sizeof shared_ev, "\"event\":\"place\",\"size\":%u,\"shared\":true", (unsigned)_ca_class_size[sh]);
   snprintf(pk_ev, sizeof pk_ev, "\"event\":\"place\",\"size\":%u,", (unsigned)_ca_class_size[pk]);
   CHECK(strstr(json, shared_ev) != NULL);
   CHECK(strstr(json, pk_ev) == NULL);
