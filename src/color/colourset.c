@@ -67,7 +67,8 @@ static struct {
   uint32_t          estimated, estimate_chunks;  /* the colour count the pages gave; chunks used */
   uint32_t          probe_remeasured;            /* the probe measured again for a second estimate */
   ca_discovery_stats_t disc;         /* eviction-set searches, all of them */
-  uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets) */
+  uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets), */
+  uint64_t          suspected_by[3]; /* ... by the judgement that said so: claims, starved, audit */
   bool              suspected;       /* the last judgement was bad */
   uint32_t          top_ratio_pct;   /* the clearest the sets have evicted (quiet_window), */
   uint32_t          best_ratio_pct;  /* ... and the clearest but that one reading */
@@ -861,12 +862,14 @@ static void worker(int here) {
          elimination filled the complement with pages the sets missed): find them again */
       if (claim_tested >= CLAIM_STRETCH) {
         suspect = _ca_colour_progress(claim_tested, claim_hits) != CA_STOCK_OK;
+        L.suspected_by[0] += suspect;
         judged_ok = !suspect;
         claim_tested = claim_hits = 0;
       }
       /* sets that confirm almost nothing are dropped; few, left to a quieter moment */
       if (stretch_classified >= STRETCH) {
         ca_stock_progress_t g = _ca_colour_progress(stretch_classified, stretch_taken);
+        L.suspected_by[1] += !suspect && g == CA_STOCK_STARVED;
         suspect = suspect || g == CA_STOCK_STARVED;
         slow = g == CA_STOCK_SLOW;
         judged_ok = g == CA_STOCK_OK && !suspect;
@@ -882,7 +885,7 @@ static void worker(int here) {
     }
     release_rejected(&rejected);
     if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
-    if (!suspect && !slow && !audit_groups(&rng)) suspect = true;   /* a pool that just filled */
+    if (!suspect && !slow && !audit_groups(&rng)) { suspect = true; L.suspected_by[2]++; }   /* a pool that just filled */
     L.suspicions += suspect;
     if (_ca_colour_suspect(&L.suspected, suspect, judged_ok)) drop_sets();
     else if (suspect) slow = true;                   /* the first: a back-off, the sets kept */
@@ -1193,6 +1196,10 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"turned_away\":"); ca_buf_u64(b, L.audit_turned_away);
   ca_buf_str(b, "}");
   ca_buf_str(b, ",\"suspicions\":"); ca_buf_u64(b, L.suspicions);
+  ca_buf_str(b, ",\"suspected_by\":{\"claims\":"); ca_buf_u64(b, L.suspected_by[0]);
+  ca_buf_str(b, ",\"starved\":"); ca_buf_u64(b, L.suspected_by[1]);
+  ca_buf_str(b, ",\"audit\":"); ca_buf_u64(b, L.suspected_by[2]);
+  ca_buf_str(b, "}");
   ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
   ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);
   ca_buf_str(b, ",\"pages_moved\":"); ca_buf_u64(b, _ca_pool_moved());
