@@ -799,7 +799,7 @@ static void worker(int here) {
     bool suspect = false, slow = false, judged_ok = false;
     int since_quiet = QUIET_EVERY;
     while (pools_short(gen) && !suspect && !slow) {
-      if (!audit_groups(&rng)) { suspect = true; break; }
+      if (!audit_groups(&rng)) { suspect = true; L.suspected_by[2]++; break; }
       uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
       if (chunk == NULL) break;
       for (size_t b = 0; b < STOCK_CHUNK; b += BATCH) {

@@ -9,6 +9,9 @@
 # pv-packets-failed-at-stats.json (`bench/nightwatch.py` run at 4a14d5e, pv packets policy on,
 # rep 4, Zen 5 machine, 2026-11-27, seventeenth session): the step at which failed eviction-set
 # builds failed, and the sets dropped as duplicates, on the worker's line.
+# pv-packets-suspected-stats.json (`bench/nightwatch.py` run at da69d45, pv packets with every
+# chunk monitored, rep 3, Zen 5 machine, 2026-11-27, eighteenth session): the judgements that
+# found the stock bad, by cause, and the sets built again.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
@@ -35,5 +38,10 @@ out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-audit-stats.json")
 expect "    slice audit: 1 groups judged, 0 not of few colours, 16 strays; 32376 pages audited, 2504 turned away"
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-packets-failed-at-stats.json")
 expect "72 eviction-set builds, 67 failed (whole 3, reduce 18, large 22, full 1, needed 23), 1 found dropped as duplicates or wide"
+out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-packets-suspected-stats.json")
+expect "    stock judged bad 4 times, sets built again 2 times (judged by claims 4)"
+out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-audit-stats.json")
+expect "    stock judged bad 1 time, sets built again 0 times"
+grep -qF "judged by" <<<"$out" && { echo "FAIL chromalloc report: causes of bad judgements from statistics without them"; fail=1; }
 [ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
 exit $fail
