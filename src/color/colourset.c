@@ -909,12 +909,19 @@ static void wake_worker(void) {
 
 /* ---- the core hooks ----------------------------------------------------------------------- */
 
+/* What set id can hand out now (L.lock held): its pool, unless its slice audit has not vouched
+   for it yet (then nothing). */
+static ca_page_pool_t* vouched_pool(int id) {
+  return L.sets[id].unvouched ? NULL : &L.sets[id].pool;
+}
+
 static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
   if (flavour == 0) { _ca_protect_add(base, base, bytes); return false; }   /* ordinary memory */
   if (flavour > CA_COLOUR_SETS) return false;
   ca_colour_set_t* s = &L.sets[flavour];
   _ca_lock(&L.lock);
-  bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && !s->unvouched && _ca_pool_fill(&s->pool, base, bytes);
+  ca_page_pool_t* pool = vouched_pool((int)flavour);
+  bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && pool != NULL && _ca_pool_fill(pool, base, bytes);
   if (ok) s->filled_spans++; else s->fallback_spans++;
   /* the stock must cover the biggest request seen (up to STOCK_MAX): the next one of that size
      is then filled */
@@ -1068,7 +1075,8 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
     int st = atomic_load_explicit(&L.state, ca_acquire);
     if (st == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
     _ca_lock(&L.lock);
-    size_t have = L.sets[id].unvouched ? 0 : L.sets[id].pool.count;
+    ca_page_pool_t* pool = vouched_pool(id);
+    size_t have = pool != NULL ? pool->count : 0;
     _ca_unlock(&L.lock);
     if (st == CA_COLOURS_READY && have >= pages) return 0;
     if (_ca_clock_ms() >= deadline) { errno = ETIMEDOUT; return -1; }
@@ -1104,7 +1112,8 @@ int _ca_colour_of(const void* p) {
 void* _ca_colour_take_page(int id) {
   if (id < 1 || id > CA_COLOUR_SETS || atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return NULL;
   _ca_lock(&L.lock);
-  void* p = L.sets[id].unvouched ? NULL : _ca_pool_pop(&L.sets[id].pool);
+  ca_page_pool_t* pool = vouched_pool(id);
+  void* p = pool != NULL ? _ca_pool_pop(pool) : NULL;
   _ca_unlock(&L.lock);
   wake_worker();
   return p;
