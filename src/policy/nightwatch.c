@@ -45,8 +45,11 @@
         soon as they do not (another context appears there).  A class of a page or more is
         named one by one instead (`place`, each chunk its context's mapping) while a
         restrictive context shares it with others, and while one of its contexts has a group
-        on (its members then join as chunks of `place` do; sampled members of pv neutral's
-        reused buffers were judged in no group); it is still sampled meanwhile.
+        on (its members then join as chunks of `place` do); it is still sampled meanwhile.  A
+        member's page pairs only when something re-protects it after its burst and before its
+        next use: pv neutral's buffers are reused every ~10 us, with no allocator call in
+        between, and its sampled members paired 0-1 times in 160, against 16 in 30-94 named one
+        by one (a 5 us burst paired them too; docs/nightwatch.md, eighteenth session).
    Chunks allocated by glibc itself (stdio and directory-stream buffers, which the kernel fills
    through glibc's internal, non-interposable system calls) are never monitored.  When the
    colour layer turns out to be unavailable, the policy uninstalls itself and says why in the
@@ -470,8 +473,9 @@ static void arm_protection(void) {
    contexts the predictor makes restrictive hold ROUTE_SHARE_PCT of its samples; `one_by_one`,
    for a class of a page or more, name its chunks one by one (`place`, each given its context's
    mapping): `shared`, a restrictive context shares it with others; or one of its contexts has a
-   group on (its members join as in `place`, one per sampling period of the context's bytes,
-   and a group of sampled members judged none of pv neutral's reused buffers); or nothing
+   group on (its members join as in `place`, one per sampling period of the context's bytes:
+   sampled members of pv neutral's reused buffers were never re-protected between uses, item 7
+   of the header); or nothing
    samples it (nightwatch_small=0), or every chunk is monitored. */
 typedef struct { bool route, one_by_one, shared; } class_want_t;
 
