@@ -69,6 +69,7 @@ static struct {
   ca_discovery_stats_t disc;         /* eviction-set searches, all of them */
   uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets), */
   uint64_t          suspected_by[3]; /* ... by the judgement that said so: claims, starved, audit */
+  uint64_t          claims_short;    /* stretches of few claims that the sets' own pools explained */
   bool              suspected;       /* the last judgement was bad */
   uint32_t          top_ratio_pct;   /* the clearest the sets have evicted (quiet_window), */
   uint32_t          best_ratio_pct;  /* ... and the clearest but that one reading */
@@ -365,6 +366,29 @@ static void verify_sample(uint64_t* rng) {
       _ca_unlock(&L.lock);
     }
   }
+}
+
+/* Do the sets still claim pages they stocked?  Up to 16 of the small slices' (not by
+   elimination): members of a slice group the audit vouched for, else pooled pages (a slice
+   handing out pages as fast as they come has none), each classified again against its set's
+   colours; true when half or more are claimed, false when they are not or none is there. */
+static bool sets_claim_stock(uint64_t* rng) {
+  uint32_t asked = 0, claimed = 0;
+  for (int i = 1; i <= CA_COLOUR_SETS && asked < 16; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    if (!s->used || s->by_elimination) continue;
+    uint64_t m = s->mask & known_colours();
+    for (uint32_t k = 0; s->audit.valid && k < s->audit.n && asked < 16; k += 4, asked++)
+      claimed += _ca_colour_find(&L.probe.base, &L.map, s->audit.page[k], m) >= 0;
+    for (void* page; asked < 16 && (page = pool_take(i, rng)) != NULL;) {
+      asked++;
+      claimed += _ca_colour_find(&L.probe.base, &L.map, page, m) >= 0;
+      _ca_lock(&L.lock);
+      if (!_ca_pool_push(&s->pool, page)) _ca_pool_drop(page);
+      _ca_unlock(&L.lock);
+    }
+  }
+  return asked > 0 && claimed * 2 >= asked;
 }
 
 /* Protection's kept frames (_ca_colour_keep_frame) join their set's pool only if the pool's
@@ -868,9 +892,17 @@ static void worker(int here) {
          4000 pages, the probe's sets evicting at 170% where they had 250% in other runs, while
          elimination filled the complement with pages the sets missed): find them again */
       if (claim_tested >= CLAIM_STRETCH) {
-        suspect = _ca_colour_progress(claim_tested, claim_hits) != CA_STOCK_OK;
-        L.suspected_by[0] += suspect;
-        judged_ok = !suspect;
+        bool few = _ca_colour_progress(claim_tested, claim_hits) != CA_STOCK_OK;
+        /* ... unless the sets still claim pages they stocked: then the supply is short of
+           their colours, not the sets wrong.  The frames a round gives back (release_rejected,
+           none of the sets' colours) are what the kernel hands out next, and in pv packets
+           processes that monitor every chunk, whose slice pool never filled, the claims fell
+           after each release (235, 88, 22, 12, 5 of 4096) while the sets read 200-226% on
+           their references; in a benchmark run (8d3e5d0) 4 of the 5 such processes had their
+           sets dropped by the claims and found again.  A back-off then, not a suspicion. */
+        if (few && sets_claim_stock(&rng)) { slow = true; L.claims_short++; }
+        else { suspect = few; L.suspected_by[0] += few; }
+        judged_ok = !few;
         claim_tested = claim_hits = 0;
       }
       /* sets that confirm almost nothing are dropped; few, left to a quieter moment */
@@ -878,7 +910,7 @@ static void worker(int here) {
         ca_stock_progress_t g = _ca_colour_progress(stretch_classified, stretch_taken);
         L.suspected_by[1] += !suspect && g == CA_STOCK_STARVED;
         suspect = suspect || g == CA_STOCK_STARVED;
-        slow = g == CA_STOCK_SLOW;
+        slow = slow || g == CA_STOCK_SLOW;
         judged_ok = g == CA_STOCK_OK && !suspect;
         stretch_classified = stretch_taken = 0;
       }
@@ -1216,6 +1248,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"starved\":"); ca_buf_u64(b, L.suspected_by[1]);
   ca_buf_str(b, ",\"audit\":"); ca_buf_u64(b, L.suspected_by[2]);
   ca_buf_str(b, "}");
+  ca_buf_str(b, ",\"claims_short\":"); ca_buf_u64(b, L.claims_short);
   ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
   ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);
   ca_buf_str(b, ",\"pages_moved\":"); ca_buf_u64(b, _ca_pool_moved());

@@ -11,7 +11,9 @@
 # builds failed, and the sets dropped as duplicates, on the worker's line.
 # pv-packets-suspected-stats.json (`bench/nightwatch.py` run at da69d45, pv packets with every
 # chunk monitored, rep 3, Zen 5 machine, 2026-11-27, eighteenth session): the judgements that
-# found the stock bad, by cause, and the sets built again.
+# found the stock bad, by cause, and the sets built again.  pv-packets-claims-short-stats.json
+# (`pv packets --frames=6000 --settle-ms=20000` with every chunk monitored, Zen 5 machine,
+# 2026-11-27, nineteenth session): stretches of few claims put down to the supply.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
@@ -43,5 +45,8 @@ expect "    stock judged bad 4 times, sets built again 2 times (judged by claims
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-audit-stats.json")
 expect "    stock judged bad 1 time, sets built again 0 times"
 grep -qF "judged by" <<<"$out" && { echo "FAIL chromalloc report: causes of bad judgements from statistics without them"; fail=1; }
+grep -qF "put down to the supply" <<<"$out" && { echo "FAIL chromalloc report: claims put down to the supply from statistics without them"; fail=1; }
+out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-packets-claims-short-stats.json")
+expect "    stock judged bad 1 time, sets built again 0 times (judged by claims 1); few claims put down to the supply 7 times"
 [ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
 exit $fail
