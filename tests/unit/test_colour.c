@@ -199,6 +199,18 @@ static void test_reduce_clear_rule_too_high(bool (*too_clearly)(ca_probe_t*, voi
 
 static bool sim_never(ca_probe_t* p, void* r, void* const* pages, size_t n) { p->tests++; return false; }
 
+/* A group of 64 pages: 52 of the 1/8 slice (colours 0-1, *pure), the rest strays (returned). */
+static uint32_t slice_group(sim_t* s, const ca_page_source_t* src, ca_audit_group_t* g, uint32_t* pure) {
+  uint32_t stray = 0;
+  *pure = 0;
+  g->n = 0;
+  for (size_t i = 0; i < src->npages && g->n < 64; i++) {
+    bool of_slice = oracle(s, src->pages[i]) < 2;
+    if (of_slice ? *pure < 52 : stray < 12) { g->page[g->n++] = src->pages[i]; *pure += of_slice; stray += !of_slice; }
+  }
+  return stray;
+}
+
 /* The slice audit (audit.c): a group of a 1/8 slice's pages, a fifth of them strays of other
    colours, is valid, loses exactly its strays, and then tells the slice's pages from the rest
    (evicted clearly, or not at the plain rule); so is it when no test reads "clearly"; a group of
@@ -208,12 +220,8 @@ static void test_audit(double noise) {
   sim_t s = sim(16, 16, noise);
   s.base.evicts_clearly = sim_evicts_fully;
   ca_page_source_t src = fake_source(4096, 0x700000000ull);
-  ca_audit_group_t g = { .n = 0 };
-  uint32_t pure = 0, stray = 0;
-  for (size_t i = 0; i < src.npages && g.n < 64; i++) {
-    bool of_slice = oracle(&s, src.pages[i]) < 2;
-    if (of_slice ? pure < 52 : stray < 12) { g.page[g.n++] = src.pages[i]; pure += of_slice; stray += !of_slice; }
-  }
+  ca_audit_group_t g;
+  uint32_t pure, stray = slice_group(&s, &src, &g, &pure);
   uint32_t strays = 0;
   CHECK(_ca_audit_judge(&s.base, &g, &strays));
   CHECK(g.valid);
@@ -245,12 +253,8 @@ static void test_audit(double noise) {
   /* a moment in which the group evicts its members only in part (no member reads "clearly"):
      the pool is still of few colours, and only its strays leave (audit.c) */
   if (noise == 0) {
-    ca_audit_group_t w = { .n = 0 };
-    uint32_t w_strays = 0, w_pure = 0, w_stray = 0;
-    for (size_t i = 0; i < src.npages && w.n < 64; i++) {
-      bool of_slice = oracle(&s, src.pages[i]) < 2;
-      if (of_slice ? w_pure < 52 : w_stray < 12) { w.page[w.n++] = src.pages[i]; w_pure += of_slice; w_stray += !of_slice; }
-    }
+    ca_audit_group_t w;
+    uint32_t w_strays = 0, w_pure, w_stray = slice_group(&s, &src, &w, &w_pure);
     s.base.evicts_clearly = sim_never;
     CHECK(_ca_audit_judge(&s.base, &w, &w_strays));
     CHECK_EQ(w_strays, w_stray);
