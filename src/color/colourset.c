@@ -69,7 +69,7 @@ static struct {
   ca_discovery_stats_t disc;         /* eviction-set searches, all of them */
   uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets), */
   uint64_t          suspected_by[3]; /* ... by the judgement that said so: claims, starved, audit */
-  uint64_t          claims_short;    /* stretches of few claims that the sets' own pools explained */
+  uint64_t          claims_short;    /* stretches of few claims that pages the sets stocked explained */
   bool              suspected;       /* the last judgement was bad */
   uint32_t          top_ratio_pct;   /* the clearest the sets have evicted (quiet_window), */
   uint32_t          best_ratio_pct;  /* ... and the clearest but that one reading */
