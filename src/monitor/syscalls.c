@@ -17,8 +17,8 @@
      lstat64 fstatat fstatat64 statx __xstat __lxstat __fxstatat (and their 64-bit forms) access
      faccessat euidaccess unlink unlinkat rename renameat renameat2 mkdir mkdirat rmdir chdir
      chmod fchmodat chown lchown fchownat link linkat symlink symlinkat truncate utimensat
-     utimes mknod mkfifo, and exec: execve execv execvp execvpe posix_spawn posix_spawnp (path,
-     argument and environment strings);
+     utimes mknod mkfifo, and exec: execve execv execvp execvpe fexecve execveat posix_spawn
+     posix_spawnp (path, argument and environment strings; `environ` where the call uses it);
    - small structures (a page from the pointer): fstat fstat64 __fxstat connect bind accept
      accept4 getsockname getpeername getsockopt setsockopt pipe pipe2 socketpair, and ioctl and
      syscall() (every argument that points into a monitored chunk: the rest of that chunk);
@@ -31,8 +31,8 @@
      process_vm_writev; exec arguments of any length;
    - getentropy epoll_ctl msgsnd msgrcv eventfd_read signalfd timerfd_settime/gettime wait3
      sigsuspend, the fortified __poll_chk __ppoll_chk __pread_chk __fread_unlocked_chk,
-     freopen64; commands of system and popen; execl execlp execle (their vector is built here
-     and goes through execve/execvp);
+     freopen64; commands of system and popen (and `environ`); execl execlp execle (their
+     vector is built here and goes through execve/execvp);
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
    Not covered: system calls glibc makes internally on the program's memory from other
@@ -290,9 +290,15 @@ WRAP(int, mkfifo, (const char* p, mode_t m), (p, m), path(p))
 
 /* ---- processes ---------------------------------------------------------------------------- */
 WRAP(int, execve, (const char* p, char* const* a, char* const* e), (p, a, e), path(p); strings(a); strings(e))
-WRAP(int, execv, (const char* p, char* const* a), (p, a), path(p); strings(a))
-WRAP(int, execvp, (const char* p, char* const* a), (p, a), path(p); strings(a))
+/* execv, execvp, system and popen hand the kernel `environ`, whose strings may be the program's
+   own chunks (putenv keeps the caller's string: gcc's COLLECT_GCC_OPTIONS; cc1 failed to start
+   with EFAULT in CI) */
+extern char** environ;
+WRAP(int, execv, (const char* p, char* const* a), (p, a), path(p); strings(a); strings(environ))
+WRAP(int, execvp, (const char* p, char* const* a), (p, a), path(p); strings(a); strings(environ))
 WRAP(int, execvpe, (const char* p, char* const* a, char* const* e), (p, a, e), path(p); strings(a); strings(e))
+WRAP(int, fexecve, (int fd, char* const* a, char* const* e), (fd, a, e), strings(a); strings(e))
+WRAP(int, execveat, (int d, const char* p, char* const* a, char* const* e, int fl), (d, p, a, e, fl), path(p); strings(a); strings(e))
 WRAP(int, posix_spawn, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
      char* const* a, char* const* e), (pid, p, fa, at, a, e), small(pid); path(p); small(fa); small(at); strings(a); strings(e))
 WRAP(int, posix_spawnp, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
@@ -399,8 +405,8 @@ WRAP(int, timerfd_gettime, (int fd, struct itimerspec* v), (fd, v), small(v))
 WRAP(int, sigsuspend, (const sigset_t* m), (m), small(m))
 
 /* commands: glibc runs them through its internal posix_spawn */
-WRAP(int, system, (const char* c), (c), string(c))
-WRAP(FILE*, popen, (const char* c, const char* m), (c, m), string(c); small(m))
+WRAP(int, system, (const char* c), (c), string(c); strings(environ))
+WRAP(FILE*, popen, (const char* c, const char* m), (c, m), string(c); small(m); strings(environ))
 
 /* execl and friends build their vector and call glibc's internal execve: build it here (on
    the stack, as glibc does) and go through the interposed execve/execvp, which release every
@@ -415,7 +421,6 @@ ca_export int execl(const char* p, const char* a, ...) {
   va_list ap; va_start(ap, a);
   ARGV(v, a, ap);
   va_end(ap);
-  extern char** environ;
   return execve(p, v, environ);
 }
 ca_export int execlp(const char* f, const char* a, ...) {

@@ -4,8 +4,8 @@
    rusage, rlimits, wait status...), futexes in big chunks, thread stacks, makecontext stacks
    and alternate signal stacks in malloc'd memory, the program's own mprotect on its heap,
    realloc chains, fork/vfork/posix_spawn/exec with arguments of 20-100 KB, stdio writing long
-   strings, Linux aio and io_uring, getentropy/epoll_ctl/system/popen/execl (libc reaching the
-   kernel internally).  Every buffer is filled and verified; the output is a line
+   strings, Linux aio and io_uring, getentropy/epoll_ctl/system/popen/execl/execv/execvp with a putenv string in a
+   chunk (libc reaching the kernel internally).  Every buffer is filled and verified; the output is a line
    per part and a checksum of the data.  Written during a crash hunt (2026-11-25) that found
    each of these failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps.
    Usage: kernel_buffers [part] (default all; not included: ptrace of a child, whose sampled
@@ -500,6 +500,10 @@ static void t_libc(const char* self) {
     struct epoll_event* got = (struct epoll_event*)(b + n - 64);
     CHECK(epoll_wait(ep, got, 1, 1000) == 1 && got->data.u64 == 77 + k, "epoll_wait %zu", n);
     close(ep); close(p[0]); close(p[1]);
+    /* putenv keeps the caller's string: system, popen, execl, execv and execvp hand it to the
+       kernel through `environ` (gcc's COLLECT_GCC_OPTIONS made cc1 fail with EFAULT) */
+    char* env = malloc(n); strcpy(env, "BIGV="); memset(env + 5, 'b', n - 6); env[n - 1] = 0;
+    CHECK(putenv(env) == 0, "putenv %zu", n);
     char* cmd = (char*)b + 8; strcpy(cmd, "exit 3");
     settle();
     int st = system(cmd); CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3, "system %zu st=%x", n, st);
@@ -513,7 +517,17 @@ static void t_libc(const char* self) {
     pid_t c = fork();
     if (c == 0) { execl(self, self, "child", arg, (char*)NULL); _exit(100 + errno); }
     waitpid(c, &st, 0); CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "execl %zu st=%d", n, WEXITSTATUS(st));
-    free(b);
+    char* av[] = {(char*)self, "child", arg, NULL};
+    settle();
+    c = fork();
+    if (c == 0) { execv(self, av); _exit(100 + errno); }
+    waitpid(c, &st, 0); CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "execv %zu st=%d", n, WEXITSTATUS(st));
+    settle();
+    c = vfork();
+    if (c == 0) { execvp(self, av); _exit(100 + errno); }
+    waitpid(c, &st, 0); CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "vfork+execvp %zu st=%d", n, WEXITSTATUS(st));
+    unsetenv("BIGV");
+    free(env); free(b);
   }
   printf("libc ok\n");
 }
