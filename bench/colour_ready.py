@@ -46,7 +46,7 @@ def main():
                       f"set builds {c.get('set_builds', '-')} failed {c.get('set_build_failures', '-')} "
                       f"at {c.get('set_build_failed_at', '-')} duplicate {c.get('sets_duplicate', '-')} "
                       f"estimated {c.get('estimated', '-')} over {c.get('estimate_chunks', '-')} chunks "
-                      f"second try {c.get('probe_remeasured', '-')} "
+                      f"second try {c.get('probe_remeasured', '-')} passes {c.get('passes', '-')} "
                       f"start_failures {c.get('start_failures', '-')} "
                       f"reason {c.get('reason') or '-'}", flush=True)
     for name, runs in seen.items():
