@@ -667,7 +667,7 @@ static int colour_move_to(void* page, int from, int to) {
    zero page, whose colour says nothing about the page's future frame) */
 static bool page_resident(const void* page) {
   unsigned char v = 0;
-  return mincore((void*)page, CA_OS_PAGE, &v) == 0 && (v & 1);
+  return _ca_syscall6(SYS_mincore, (long)page, CA_OS_PAGE, (long)&v, 0, 0, 0) == 0 && (v & 1);   /* not the interposed one */
 }
 
 static const ca_protect_ops_t protect_ops = { colour_move_to, page_resident };

@@ -33,6 +33,10 @@
      sigsuspend, the fortified __poll_chk __ppoll_chk __pread_chk __fread_unlocked_chk,
      freopen64; commands of system and popen (and `environ`); execl execlp execle (their
      vector is built here and goes through execve/execvp);
+   - timer_settime timer_gettime pthread_setname_np pthread_getname_np pthread_setaffinity_np
+     pthread_getaffinity_np mincore, the extended attributes (getxattr setxattr listxattr
+     removexattr and their l- and f- forms), inotify_add_watch memfd_create semop semtimedop
+     msgctl shmctl, and prctl (as ioctl);
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
    Not covered: system calls glibc makes internally on the program's memory from other
@@ -59,6 +63,11 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/msg.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <sys/xattr.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/mman.h>
@@ -386,6 +395,45 @@ WRAP(int, setitimer, (__itimer_which_t w, const struct itimerval* v, struct itim
 WRAP(int, sigpending, (sigset_t* s), (s), small(s))
 WRAP(int, sigtimedwait, (const sigset_t* s, siginfo_t* i, const struct timespec* t), (s, i, t), small(s); small(i); small(t))
 WRAP(int, sigwaitinfo, (const sigset_t* s, siginfo_t* i), (s, i), small(s); small(i))
+/* POSIX timers, thread names and affinities, residency vectors, extended attributes, System V
+   semaphores: glibc hands these pointers straight to the kernel (a probe with a chunk's every
+   page as the argument, twentieth session: EFAULT from timer_settime, timer_gettime,
+   pthread_getname_np, prctl, pthread_getaffinity_np and mincore) */
+WRAP(int, timer_settime, (timer_t t, int fl, const struct itimerspec* n, struct itimerspec* o), (t, fl, n, o), small(n); small(o))
+WRAP(int, timer_gettime, (timer_t t, struct itimerspec* v), (t, v), small(v))
+WRAP(int, pthread_setname_np, (pthread_t t, const char* n), (t, n), string(n))
+WRAP(int, pthread_getname_np, (pthread_t t, char* b, size_t n), (t, b, n), release(b, n))
+WRAP(int, pthread_setaffinity_np, (pthread_t t, size_t n, const cpu_set_t* m), (t, n, m), release(m, n))
+WRAP(int, pthread_getaffinity_np, (pthread_t t, size_t n, cpu_set_t* m), (t, n, m), release(m, n))
+WRAP(int, mincore, (void* a, size_t n, unsigned char* v), (a, n, v), release(v, n / CA_OS_PAGE + 1))
+WRAP(ssize_t, getxattr, (const char* p, const char* k, void* v, size_t n), (p, k, v, n), path(p); string(k); release(v, n))
+WRAP(ssize_t, lgetxattr, (const char* p, const char* k, void* v, size_t n), (p, k, v, n), path(p); string(k); release(v, n))
+WRAP(ssize_t, fgetxattr, (int fd, const char* k, void* v, size_t n), (fd, k, v, n), string(k); release(v, n))
+WRAP(int, setxattr, (const char* p, const char* k, const void* v, size_t n, int fl), (p, k, v, n, fl), path(p); string(k); release(v, n))
+WRAP(int, lsetxattr, (const char* p, const char* k, const void* v, size_t n, int fl), (p, k, v, n, fl), path(p); string(k); release(v, n))
+WRAP(int, fsetxattr, (int fd, const char* k, const void* v, size_t n, int fl), (fd, k, v, n, fl), string(k); release(v, n))
+WRAP(ssize_t, listxattr, (const char* p, char* l, size_t n), (p, l, n), path(p); release(l, n))
+WRAP(ssize_t, llistxattr, (const char* p, char* l, size_t n), (p, l, n), path(p); release(l, n))
+WRAP(ssize_t, flistxattr, (int fd, char* l, size_t n), (fd, l, n), release(l, n))
+WRAP(int, removexattr, (const char* p, const char* k), (p, k), path(p); string(k))
+WRAP(int, lremovexattr, (const char* p, const char* k), (p, k), path(p); string(k))
+WRAP(int, fremovexattr, (int fd, const char* k), (fd, k), string(k))
+WRAP(int, inotify_add_watch, (int fd, const char* p, uint32_t m), (fd, p, m), path(p))
+WRAP(int, memfd_create, (const char* n, unsigned fl), (n, fl), string(n))
+WRAP(int, semop, (int id, struct sembuf* o, size_t n), (id, o, n), release(o, n * sizeof *o))
+WRAP(int, semtimedop, (int id, struct sembuf* o, size_t n, const struct timespec* t), (id, o, n, t), release(o, n * sizeof *o); small(t))
+WRAP(int, msgctl, (int id, int cmd, struct msqid_ds* b), (id, cmd, b), small(b))
+WRAP(int, shmctl, (int id, int cmd, struct shmid_ds* b), (id, cmd, b), small(b))
+/* prctl says nothing of its arguments either (PR_SET_NAME, PR_GET_NAME take a string): as ioctl */
+ca_export int prctl(int op, ...) {
+  va_list ap;
+  va_start(ap, op);
+  unsigned long a[4];
+  for (int i = 0; i < 4; i++) a[i] = va_arg(ap, unsigned long);
+  va_end(ap);
+  for (int i = 0; i < 4; i++) maybe(a[i]);
+  return NEXT(int (*)(int, ...), prctl)(op, a[0], a[1], a[2], a[3]);
+}
 
 WRAP(int, getentropy, (void* b, size_t n), (b, n), release(b, n))
 WRAP(int, epoll_ctl, (int ep, int op, int fd, struct epoll_event* e), (ep, op, fd, e), small(e))

@@ -5,7 +5,8 @@
    and alternate signal stacks in malloc'd memory, the program's own mprotect on its heap,
    realloc chains, fork/vfork/posix_spawn/exec with arguments of 20-100 KB, stdio writing long
    strings, Linux aio and io_uring, getentropy/epoll_ctl/system/popen/execl/execv/execvp with a putenv string in a
-   chunk (libc reaching the kernel internally).  Every buffer is filled and verified; the output is a line
+   chunk (libc reaching the kernel internally), POSIX timers, thread names and affinities,
+   prctl, mincore and extended attributes with their argument on every page of a chunk.  Every buffer is filled and verified; the output is a line
    per part and a checksum of the data.  Written during a crash hunt (2026-11-25) that found
    each of these failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps.
    Usage: kernel_buffers [part] (default all; not included: ptrace of a child, whose sampled
@@ -42,6 +43,9 @@
 #include <sys/sendfile.h>
 #include <sys/msg.h>
 #include <sys/xattr.h>
+#include <sys/prctl.h>
+#include <stdbool.h>
+#include <time.h>
 #include <sys/utsname.h>
 #include <sys/sysinfo.h>
 #include <sys/signalfd.h>
@@ -482,7 +486,59 @@ static void t_aio(void) {
 /* a sampled page touched just now is open for its burst; a few ms later it is protected again,
    which is when the kernel must not meet it */
 static void settle(void) { usleep(3000); }
+
+/* calls glibc hands straight to the kernel, their argument on each page of a fresh chunk
+   written once (a sampled page is then protected again, waiting for its second reference) */
+static timer_t page_timer;
+static char page_file[] = "./pgXXXXXX";
+static bool page_xattrs;                       /* the file system takes user.* attributes */
+static char resident[4096] __attribute__((aligned(4096)));
+static const char* const page_calls[] = { "timer_settime", "timer_gettime", "pthread_setname_np", "pthread_getname_np",
+  "prctl(PR_GET_NAME)", "prctl(PR_SET_NAME)", "pthread_getaffinity_np", "mincore", "getxattr", "listxattr" };
+static void page_input(int w, char* p) {
+  if (w == 0) { struct itimerspec* t = (struct itimerspec*)p; memset(t, 0, sizeof *t); t->it_value.tv_sec = 100; }
+  else if (w == 2 || w == 5) strcpy(p, "kbuf-name");
+  else if (w == 8) strcpy(p, "user.kbuf");
+  else p[0] = 0;
+}
+static bool page_call(int w, char* p) {
+  cpu_set_t* cs = (cpu_set_t*)p;
+  switch (w) {
+  case 0: return timer_settime(page_timer, 0, (struct itimerspec*)p, NULL) == 0;
+  case 1: return timer_gettime(page_timer, (struct itimerspec*)p) == 0 && ((struct itimerspec*)p)->it_value.tv_sec <= 100;
+  case 2: return pthread_setname_np(pthread_self(), p) == 0;
+  case 3: return pthread_getname_np(pthread_self(), p, 16) == 0 && strcmp(p, "kbuf-name") == 0;
+  case 4: return prctl(PR_GET_NAME, p) == 0 && strcmp(p, "kbuf-name") == 0;
+  case 5: return prctl(PR_SET_NAME, p) == 0;
+  case 6: return pthread_getaffinity_np(pthread_self(), sizeof *cs, cs) == 0 && CPU_COUNT(cs) >= 1;
+  case 7: return mincore(resident, sizeof resident, (unsigned char*)p) == 0 && (p[0] & 1);
+  case 8: return !page_xattrs || (getxattr(page_file, p, p + 64, 64) == 5 && memcmp(p + 64, "value", 5) == 0);
+  case 9: return !page_xattrs || listxattr(page_file, p, 256) >= 10;
+  }
+  return false;
+}
+static void t_page_args(void) {
+  struct sigevent sev = { .sigev_notify = SIGEV_NONE };
+  CHECK(timer_create(CLOCK_MONOTONIC, &sev, &page_timer) == 0, "timer_create");
+  char name[16] = ""; prctl(PR_GET_NAME, name);
+  int fd = mkstemp(page_file); CHECK(fd >= 0, "mkstemp");
+  page_xattrs = fsetxattr(fd, "user.kbuf", "value", 5, 0) == 0;   /* the same with and without preload */
+  resident[0] = 1;
+  for (int w = 0; w < (int)(sizeof page_calls / sizeof *page_calls); w++)
+    for (int k = 0; k < 8; k++) {              /* a context's first chunks are not sampled */
+      char* b = malloc(65536);
+      for (size_t off = 64; off < 65536; off += 4096) page_input(w, b + off);
+      settle();
+      for (size_t off = 64; off < 65536; off += 4096) CHECK(page_call(w, b + off), "%s, page %zu", page_calls[w], off / 4096);
+      free(b);
+    }
+  prctl(PR_SET_NAME, name);
+  close(fd); unlink(page_file);
+  timer_delete(page_timer);
+}
+
 static void t_libc(const char* self) {
+  t_page_args();
   for (unsigned k = 0; k < 3; k++) {
     size_t n = SZ[k] + 4096;
     unsigned char* b = big(n, k);
