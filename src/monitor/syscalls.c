@@ -36,7 +36,9 @@
    - timer_settime timer_gettime pthread_setname_np pthread_getname_np pthread_setaffinity_np
      pthread_getaffinity_np mincore, the extended attributes (getxattr setxattr listxattr
      removexattr and their l- and f- forms), inotify_add_watch memfd_create semop semtimedop
-     msgctl shmctl, and prctl (as ioctl);
+     msgctl shmctl futimens futimes lutimes utime mknodat mkfifoat sched_getparam
+     sched_setparam sched_setscheduler sched_rr_get_interval getresuid getresgid, and prctl
+     and semctl (as ioctl);
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
    Not covered: system calls glibc makes internally on the program's memory from other
@@ -68,6 +70,7 @@
 #include <sys/sem.h>
 #include <sys/shm.h>
 #include <sys/xattr.h>
+#include <utime.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/mman.h>
@@ -424,6 +427,28 @@ WRAP(int, semop, (int id, struct sembuf* o, size_t n), (id, o, n), release(o, n 
 WRAP(int, semtimedop, (int id, struct sembuf* o, size_t n, const struct timespec* t), (id, o, n, t), release(o, n * sizeof *o); small(t))
 WRAP(int, msgctl, (int id, int cmd, struct msqid_ds* b), (id, cmd, b), small(b))
 WRAP(int, shmctl, (int id, int cmd, struct shmid_ds* b), (id, cmd, b), small(b))
+WRAP(int, futimens, (int fd, const struct timespec t[2]), (fd, t), small(t))
+WRAP(int, futimes, (int fd, const struct timeval t[2]), (fd, t), small(t))
+WRAP(int, lutimes, (const char* p, const struct timeval t[2]), (p, t), path(p); small(t))
+WRAP(int, utime, (const char* p, const struct utimbuf* t), (p, t), path(p); small(t))
+WRAP(int, mknodat, (int d, const char* p, mode_t m, dev_t dev), (d, p, m, dev), path(p))
+WRAP(int, mkfifoat, (int d, const char* p, mode_t m), (d, p, m), path(p))
+WRAP(int, sched_getparam, (pid_t pid, struct sched_param* sp), (pid, sp), small(sp))
+WRAP(int, sched_setparam, (pid_t pid, const struct sched_param* sp), (pid, sp), small(sp))
+WRAP(int, sched_setscheduler, (pid_t pid, int pol, const struct sched_param* sp), (pid, pol, sp), small(sp))
+WRAP(int, sched_rr_get_interval, (pid_t pid, struct timespec* t), (pid, t), small(t))
+WRAP(int, getresuid, (uid_t* r, uid_t* e, uid_t* s), (r, e, s), small(r); small(e); small(s))
+WRAP(int, getresgid, (gid_t* r, gid_t* e, gid_t* s), (r, e, s), small(r); small(e); small(s))
+/* semctl's fourth argument is a union (a number, or a structure or array the kernel reads or
+   fills) */
+ca_export int semctl(int id, int num, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  unsigned long a = va_arg(ap, unsigned long);
+  va_end(ap);
+  maybe(a);
+  return NEXT(int (*)(int, int, int, ...), semctl)(id, num, cmd, a);
+}
 /* prctl says nothing of its arguments either (PR_SET_NAME, PR_GET_NAME take a string): as ioctl */
 ca_export int prctl(int op, ...) {
   va_list ap;

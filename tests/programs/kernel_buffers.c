@@ -1,14 +1,17 @@
 /* The kernel and the program's own signal machinery working on malloc'd memory: vectored and
-   socket I/O with buffers, vectors and control messages in big chunks, sendfile/copy_file_range
-   offsets, process_vm_readv/writev and vmsplice, structures the kernel fills (uname, sysinfo,
-   rusage, rlimits, wait status...), futexes in big chunks, thread stacks, makecontext stacks
-   and alternate signal stacks in malloc'd memory, the program's own mprotect on its heap,
-   realloc chains, fork/vfork/posix_spawn/exec with arguments of 20-100 KB, stdio writing long
-   strings, Linux aio and io_uring, getentropy/epoll_ctl/system/popen/execl/execv/execvp with a putenv string in a
-   chunk (libc reaching the kernel internally), POSIX timers, thread names and affinities,
-   prctl, mincore and extended attributes with their argument on every page of a chunk.  Every buffer is filled and verified; the output is a line
-   per part and a checksum of the data.  Written during a crash hunt (2026-11-25) that found
-   each of these failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps.
+   socket I/O with buffers, vectors and control messages in big chunks,
+   sendfile/copy_file_range offsets, process_vm_readv/writev and vmsplice, structures the
+   kernel fills (uname, sysinfo, rusage, rlimits, wait status...), futexes in big chunks,
+   thread stacks, makecontext stacks and alternate signal stacks in malloc'd memory, the
+   program's own mprotect on its heap, realloc chains, fork/vfork/posix_spawn/exec with
+   arguments of 20-100 KB, stdio writing long strings, Linux aio and io_uring,
+   getentropy/epoll_ctl/system/popen/execl/execv/execvp with a putenv string in a chunk (libc
+   reaching the kernel internally), POSIX timers, thread names and affinities, prctl,
+   mincore, extended attributes, futimens, scheduling parameters, getresuid, mkfifoat and
+   semctl with their argument on every page of a chunk.  Every buffer is filled and verified;
+   the output is a line per part and a checksum of the data.  Written during a crash hunt
+   (2026-11-25) that found each of these failing with EFAULT, lost data or SIGSEGV under
+   NightWatch's page traps (the exec environment and the calls after it: 2026-11-28).
    Usage: kernel_buffers [part] (default all; not included: ptrace of a child, whose sampled
    pages another process cannot read). */
 #define _GNU_SOURCE
@@ -44,6 +47,7 @@
 #include <sys/msg.h>
 #include <sys/xattr.h>
 #include <sys/prctl.h>
+#include <sys/sem.h>
 #include <stdbool.h>
 #include <time.h>
 #include <sys/utsname.h>
@@ -492,13 +496,17 @@ static void settle(void) { usleep(3000); }
 static timer_t page_timer;
 static char page_file[] = "./pgXXXXXX";
 static bool page_xattrs;                       /* the file system takes user.* attributes */
+static int page_fd, page_sem;
 static char resident[4096] __attribute__((aligned(4096)));
 static const char* const page_calls[] = { "timer_settime", "timer_gettime", "pthread_setname_np", "pthread_getname_np",
-  "prctl(PR_GET_NAME)", "prctl(PR_SET_NAME)", "pthread_getaffinity_np", "mincore", "getxattr", "listxattr" };
+  "prctl(PR_GET_NAME)", "prctl(PR_SET_NAME)", "pthread_getaffinity_np", "mincore", "getxattr", "listxattr",
+  "futimens", "sched_getparam", "getresuid", "sched_rr_get_interval", "mkfifoat", "semctl(IPC_STAT)" };
 static void page_input(int w, char* p) {
   if (w == 0) { struct itimerspec* t = (struct itimerspec*)p; memset(t, 0, sizeof *t); t->it_value.tv_sec = 100; }
   else if (w == 2 || w == 5) strcpy(p, "kbuf-name");
   else if (w == 8) strcpy(p, "user.kbuf");
+  else if (w == 10) { struct timespec* t = (struct timespec*)p; t[0].tv_sec = t[1].tv_sec = 1000000000; t[0].tv_nsec = t[1].tv_nsec = 0; }
+  else if (w == 14) strcpy(p, "kbuf-fifo");
   else p[0] = 0;
 }
 static bool page_call(int w, char* p) {
@@ -514,6 +522,12 @@ static bool page_call(int w, char* p) {
   case 7: return mincore(resident, sizeof resident, (unsigned char*)p) == 0 && (p[0] & 1);
   case 8: return !page_xattrs || (getxattr(page_file, p, p + 64, 64) == 5 && memcmp(p + 64, "value", 5) == 0);
   case 9: return !page_xattrs || listxattr(page_file, p, 256) >= 10;
+  case 10: return futimens(page_fd, (struct timespec*)p) == 0;
+  case 11: return sched_getparam(0, (struct sched_param*)p) == 0;
+  case 12: { uid_t* u = (uid_t*)p; return getresuid(u, u + 1, u + 2) == 0 && u[0] == getuid(); }
+  case 13: return sched_rr_get_interval(0, (struct timespec*)p) == 0;
+  case 14: return mkfifoat(AT_FDCWD, p, 0600) == 0 && unlink("kbuf-fifo") == 0;
+  case 15: return semctl(page_sem, 0, IPC_STAT, (struct semid_ds*)p) == 0;
   }
   return false;
 }
@@ -521,8 +535,9 @@ static void t_page_args(void) {
   struct sigevent sev = { .sigev_notify = SIGEV_NONE };
   CHECK(timer_create(CLOCK_MONOTONIC, &sev, &page_timer) == 0, "timer_create");
   char name[16] = ""; prctl(PR_GET_NAME, name);
-  int fd = mkstemp(page_file); CHECK(fd >= 0, "mkstemp");
+  int fd = page_fd = mkstemp(page_file); CHECK(fd >= 0, "mkstemp");
   page_xattrs = fsetxattr(fd, "user.kbuf", "value", 5, 0) == 0;   /* the same with and without preload */
+  page_sem = semget(IPC_PRIVATE, 1, 0600); CHECK(page_sem >= 0, "semget");
   resident[0] = 1;
   for (int w = 0; w < (int)(sizeof page_calls / sizeof *page_calls); w++)
     for (int k = 0; k < 8; k++) {              /* a context's first chunks are not sampled */
@@ -533,7 +548,7 @@ static void t_page_args(void) {
       free(b);
     }
   prctl(PR_SET_NAME, name);
-  close(fd); unlink(page_file);
+  close(fd); unlink(page_file); semctl(page_sem, 0, IPC_RMID);
   timer_delete(page_timer);
 }
 
