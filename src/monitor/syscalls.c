@@ -37,8 +37,9 @@
      pthread_getaffinity_np mincore, the extended attributes (getxattr setxattr listxattr
      removexattr and their l- and f- forms), inotify_add_watch memfd_create semop semtimedop
      msgctl shmctl futimens futimes lutimes utime mknodat mkfifoat sched_getparam
-     sched_setparam sched_setscheduler sched_rr_get_interval getresuid getresgid, and prctl
-     and semctl (as ioctl);
+     sched_setparam sched_setscheduler sched_rr_get_interval getresuid getresgid sigwait, and
+     prctl and semctl (as ioctl); clock_gettime clock_getres fcntl fcntl64 only after an
+     EFAULT (below);
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
    Not covered: system calls glibc makes internally on the program's memory from other
@@ -439,6 +440,37 @@ WRAP(int, sched_setscheduler, (pid_t pid, int pol, const struct sched_param* sp)
 WRAP(int, sched_rr_get_interval, (pid_t pid, struct timespec* t), (pid, t), small(t))
 WRAP(int, getresuid, (uid_t* r, uid_t* e, uid_t* s), (r, e, s), small(r); small(e); small(s))
 WRAP(int, getresgid, (gid_t* r, gid_t* e, gid_t* s), (r, e, s), small(r); small(e); small(s))
+WRAP(int, sigwait, (const sigset_t* set, int* sig), (set, sig), small(set); small(sig))
+
+/* Calls too frequent to release their argument every time, whose kernel side reads or writes
+   it before it changes anything: made as they are and, only when they fail with EFAULT while
+   chunks are watched, made again after releasing it.  clock_gettime and clock_getres reach the
+   kernel for the clocks the vDSO does not serve (the CPU-time clocks, or every clock with a
+   clock source the vDSO cannot read); fcntl's lock, owner and hint commands take a structure. */
+#define RETRY(call, ...) ({ int e_ = errno; __typeof__(call) r_ = call; \
+    if (r_ < 0 && errno == EFAULT && watching()) { __VA_ARGS__; errno = e_; r_ = call; } r_; })
+/* chromalloc reads the clock itself, from the allocator too (its calls land here), so glibc's
+   functions are looked up by a constructor, never from inside malloc; until then the system
+   call answers */
+typedef int (*clock_fn)(clockid_t, struct timespec*);
+static clock_fn real_gettime, real_getres;
+__attribute__((constructor)) static void resolve_clocks(void) {
+  real_gettime = (clock_fn)dlsym(RTLD_NEXT, "clock_gettime");
+  real_getres = (clock_fn)dlsym(RTLD_NEXT, "clock_getres");
+}
+static int clock_call(clock_fn f, long nr, clockid_t c, struct timespec* t) {
+  if (ca_unlikely(f == NULL)) return sys_result(_ca_syscall6(nr, c, (long)t, 0, 0, 0, 0));
+  return RETRY(f(c, t), small(t));
+}
+ca_export int clock_gettime(clockid_t c, struct timespec* t) { return clock_call(real_gettime, SYS_clock_gettime, c, t); }
+ca_export int clock_getres(clockid_t c, struct timespec* t) { return clock_call(real_getres, SYS_clock_getres, c, t); }
+#define FCNTL(name) \
+  ca_export int name(int fd, int cmd, ...) { \
+    va_list ap; va_start(ap, cmd); unsigned long a = va_arg(ap, unsigned long); va_end(ap); \
+    return RETRY(NEXT(int (*)(int, int, ...), name)(fd, cmd, a), small((const void*)a)); }
+FCNTL(fcntl)
+FCNTL(fcntl64)
+
 /* semctl's fourth argument is a union (a number, or a structure or array the kernel reads or
    fills) */
 ca_export int semctl(int id, int num, int cmd, ...) {

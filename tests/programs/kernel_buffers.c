@@ -7,11 +7,12 @@
    arguments of 20-100 KB, stdio writing long strings, Linux aio and io_uring,
    getentropy/epoll_ctl/system/popen/execl/execv/execvp with a putenv string in a chunk (libc
    reaching the kernel internally), POSIX timers, thread names and affinities, prctl,
-   mincore, extended attributes, futimens, scheduling parameters, getresuid, mkfifoat and
-   semctl with their argument on every page of a chunk.  Every buffer is filled and verified;
-   the output is a line per part and a checksum of the data.  Written during a crash hunt
-   (2026-11-25) that found each of these failing with EFAULT, lost data or SIGSEGV under
-   NightWatch's page traps (the exec environment and the calls after it: 2026-11-28).
+   mincore, extended attributes, futimens, scheduling parameters, getresuid, mkfifoat,
+   semctl, the CPU-time clocks, fcntl locks and sigwait with their argument on every page of
+   a chunk.  Every buffer is filled and verified; the output is a line per part and a
+   checksum of the data.  Written during a crash hunt (2026-11-25) that found each of these
+   failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps (the exec
+   environment and the calls after it: 2026-11-28).
    Usage: kernel_buffers [part] (default all; not included: ptrace of a child, whose sampled
    pages another process cannot read). */
 #define _GNU_SOURCE
@@ -500,13 +501,16 @@ static int page_fd, page_sem;
 static char resident[4096] __attribute__((aligned(4096)));
 static const char* const page_calls[] = { "timer_settime", "timer_gettime", "pthread_setname_np", "pthread_getname_np",
   "prctl(PR_GET_NAME)", "prctl(PR_SET_NAME)", "pthread_getaffinity_np", "mincore", "getxattr", "listxattr",
-  "futimens", "sched_getparam", "getresuid", "sched_rr_get_interval", "mkfifoat", "semctl(IPC_STAT)" };
+  "futimens", "sched_getparam", "getresuid", "sched_rr_get_interval", "mkfifoat", "semctl(IPC_STAT)",
+  "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)", "clock_getres(CLOCK_THREAD_CPUTIME_ID)", "fcntl(F_GETLK)", "sigwait" };
 static void page_input(int w, char* p) {
   if (w == 0) { struct itimerspec* t = (struct itimerspec*)p; memset(t, 0, sizeof *t); t->it_value.tv_sec = 100; }
   else if (w == 2 || w == 5) strcpy(p, "kbuf-name");
   else if (w == 8) strcpy(p, "user.kbuf");
   else if (w == 10) { struct timespec* t = (struct timespec*)p; t[0].tv_sec = t[1].tv_sec = 1000000000; t[0].tv_nsec = t[1].tv_nsec = 0; }
   else if (w == 14) strcpy(p, "kbuf-fifo");
+  else if (w == 18) { struct flock* l = (struct flock*)p; memset(l, 0, sizeof *l); l->l_type = F_WRLCK; l->l_whence = SEEK_SET; }
+  else if (w == 19) { sigemptyset((sigset_t*)p); sigaddset((sigset_t*)p, SIGUSR2); }
   else p[0] = 0;
 }
 static bool page_call(int w, char* p) {
@@ -528,6 +532,10 @@ static bool page_call(int w, char* p) {
   case 13: return sched_rr_get_interval(0, (struct timespec*)p) == 0;
   case 14: return mkfifoat(AT_FDCWD, p, 0600) == 0 && unlink("kbuf-fifo") == 0;
   case 15: return semctl(page_sem, 0, IPC_STAT, (struct semid_ds*)p) == 0;
+  case 16: return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, (struct timespec*)p) == 0;
+  case 17: return clock_getres(CLOCK_THREAD_CPUTIME_ID, (struct timespec*)p) == 0;
+  case 18: return fcntl(page_fd, F_GETLK, (struct flock*)p) == 0 && ((struct flock*)p)->l_type == F_UNLCK;
+  case 19: { int sig = 0; raise(SIGUSR2); return sigwait((sigset_t*)p, &sig) == 0 && sig == SIGUSR2; }
   }
   return false;
 }
@@ -539,6 +547,7 @@ static void t_page_args(void) {
   page_xattrs = fsetxattr(fd, "user.kbuf", "value", 5, 0) == 0;   /* the same with and without preload */
   page_sem = semget(IPC_PRIVATE, 1, 0600); CHECK(page_sem >= 0, "semget");
   resident[0] = 1;
+  sigset_t usr2, was; sigemptyset(&usr2); sigaddset(&usr2, SIGUSR2); sigprocmask(SIG_BLOCK, &usr2, &was);   /* for sigwait */
   for (int w = 0; w < (int)(sizeof page_calls / sizeof *page_calls); w++)
     for (int k = 0; k < 8; k++) {              /* a context's first chunks are not sampled */
       char* b = malloc(65536);
@@ -548,6 +557,7 @@ static void t_page_args(void) {
       free(b);
     }
   prctl(PR_SET_NAME, name);
+  sigprocmask(SIG_SETMASK, &was, NULL);
   close(fd); unlink(page_file); semctl(page_sem, 0, IPC_RMID);
   timer_delete(page_timer);
 }
