@@ -40,12 +40,15 @@
      sched_setparam sched_setscheduler sched_rr_get_interval getresuid getresgid sigwait, and
      prctl and semctl (as ioctl); clock_gettime clock_getres fcntl fcntl64 only after an
      EFAULT (below);
+   - the printf family (printf fprintf dprintf and their v- and _chk forms): the format and its
+     string arguments, within monitored chunks (below);
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
-   Not covered: system calls glibc makes internally on the program's memory from other
-   functions (the printf family writing a long %s straight from the caller's string): the
-   monitor never samples chunks whose call site is in glibc, and such buffers in a sampled page
-   of a program's chunk would see EFAULT; another process reading ours (ptrace, a debugger).
+   Not covered: system calls glibc makes internally on the program's memory from functions not
+   listed (err/warn/error/psignal printing to a stream the program made buffered would be one):
+   the monitor never samples chunks whose call site is in glibc, and such buffers in a sampled
+   page of a program's chunk would see EFAULT; another process reading ours (ptrace, a
+   debugger).
 
    The real functions: glibc's public aliases where it has them (__read, __write, __pread64,
    __pwrite64, __send), else dlsym(RTLD_NEXT) on first use - never during allocator start-up. */
@@ -59,6 +62,7 @@
 #include <fcntl.h>
 #include <aio.h>
 #include <poll.h>
+#include <printf.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -547,6 +551,73 @@ WRAP(int, fputs, (const char* p, FILE* f), (p, f), string(p))
 WRAP(int, fputs_unlocked, (const char* p, FILE* f), (p, f), string(p))
 WRAP(int, puts, (const char* p), (p), string(p))
 
+/* The printf family: glibc 2.36's vfprintf hands a piece of output longer than the stream's
+   buffer (a long %s, or a long stretch of the format itself) to write() straight from where it
+   lies; from a sampled page, write() failed with EFAULT and the output was lost (fprintf of a
+   64 KiB string, its chunk's sampled pages protected).  The argument types come from glibc's
+   parse_printf_format; each string argument (and the format) has its pages released up to its
+   NUL, but only pages of monitored chunks are read for it: a %.*s argument need not end in a
+   NUL, and the rest of the chunk is never released (the page a program prints a name from
+   stays sampled).  Formats with more than 64 arguments have the first 64 looked at. */
+static void printed(const char* s) {
+  for (uintptr_t p = (uintptr_t)s; s != NULL && _ca_monitor_covers(p);) {
+    uintptr_t end = (p & ~(uintptr_t)(CA_OS_PAGE - 1)) + CA_OS_PAGE;
+    release((const void*)p, end - p);
+    if (memchr((const void*)p, 0, end - p) != NULL) break;
+    p = end;
+  }
+}
+static void printed_args(const char* fmt, va_list ap) {
+  if (!_ca_monitor_active() || fmt == NULL) return;
+  printed(fmt);
+  int types[64];
+  size_t n = parse_printf_format(fmt, 64, types);
+  va_list a;
+  va_copy(a, ap);
+  for (size_t i = 0; i < n && i < 64; i++) {     /* each argument taken as it was passed */
+    int t = types[i];
+    if (t & PA_FLAG_PTR) { (void)va_arg(a, void*); continue; }
+    switch (t & ~PA_FLAG_MASK) {
+    case PA_INT:
+      if (t & (PA_FLAG_LONG | PA_FLAG_LONG_LONG)) (void)va_arg(a, long long); else (void)va_arg(a, int);
+      break;
+    case PA_CHAR: case PA_WCHAR: (void)va_arg(a, int); break;
+    case PA_STRING: printed(va_arg(a, const char*)); break;
+    case PA_WSTRING: case PA_POINTER: (void)va_arg(a, void*); break;
+    case PA_FLOAT: case PA_DOUBLE:
+      if (t & PA_FLAG_LONG_DOUBLE) (void)va_arg(a, long double); else (void)va_arg(a, double);
+      break;
+    default: i = n; break;                         /* a type the program registered: stop */
+    }
+  }
+  va_end(a);
+}
+typedef int (*vfprintf_fn)(FILE*, const char*, va_list);
+typedef int (*vdprintf_fn)(int, const char*, va_list);
+typedef int (*vfprintf_chk_fn)(FILE*, int, const char*, va_list);
+typedef int (*vdprintf_chk_fn)(int, int, const char*, va_list);
+int __vfprintf_chk(FILE* f, int flag, const char* fmt, va_list ap);
+int __vdprintf_chk(int fd, int flag, const char* fmt, va_list ap);
+int __vprintf_chk(int flag, const char* fmt, va_list ap);
+int __printf_chk(int flag, const char* fmt, ...);
+int __fprintf_chk(FILE* f, int flag, const char* fmt, ...);
+int __dprintf_chk(int fd, int flag, const char* fmt, ...);
+/* PRINTF(name, params, last, call): the variadic form, through the next v-form */
+#define PRINTF(name, params, last, call) \
+  ca_export int name params { va_list ap; va_start(ap, last); printed_args(fmt, ap); int r_ = call; va_end(ap); return r_; }
+PRINTF(printf, (const char* fmt, ...), fmt, NEXT(vfprintf_fn, vfprintf)(stdout, fmt, ap))
+PRINTF(fprintf, (FILE* f, const char* fmt, ...), fmt, NEXT(vfprintf_fn, vfprintf)(f, fmt, ap))
+PRINTF(dprintf, (int fd, const char* fmt, ...), fmt, NEXT(vdprintf_fn, vdprintf)(fd, fmt, ap))
+PRINTF(__printf_chk, (int flag, const char* fmt, ...), fmt, NEXT(vfprintf_chk_fn, __vfprintf_chk)(stdout, flag, fmt, ap))
+PRINTF(__fprintf_chk, (FILE* f, int flag, const char* fmt, ...), fmt, NEXT(vfprintf_chk_fn, __vfprintf_chk)(f, flag, fmt, ap))
+PRINTF(__dprintf_chk, (int fd, int flag, const char* fmt, ...), fmt, NEXT(vdprintf_chk_fn, __vdprintf_chk)(fd, flag, fmt, ap))
+ca_export int vprintf(const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_fn, vfprintf)(stdout, fmt, ap); }
+ca_export int vfprintf(FILE* f, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_fn, vfprintf)(f, fmt, ap); }
+ca_export int vdprintf(int fd, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vdprintf_fn, vdprintf)(fd, fmt, ap); }
+ca_export int __vprintf_chk(int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_chk_fn, __vfprintf_chk)(stdout, flag, fmt, ap); }
+ca_export int __vfprintf_chk(FILE* f, int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_chk_fn, __vfprintf_chk)(f, flag, fmt, ap); }
+ca_export int __vdprintf_chk(int fd, int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vdprintf_chk_fn, __vdprintf_chk)(fd, flag, fmt, ap); }
+
 /* ---- futex words: a thread waiting on a mutex, condition, rwlock, barrier or semaphore has the
    kernel read its word; on a sampled page that read fails and glibc aborts ("The futex facility
    returned an unexpected error code": a mutex in a sampled chunk, 1 run in 8 of kernel_buffers
@@ -571,6 +642,14 @@ SYNC(pthread_barrier_wait, (pthread_barrier_t* b), (b), word(b, sizeof *b))
 SYNC(sem_wait, (sem_t* s), (s), word(s, sizeof *s))
 SYNC(sem_timedwait, (sem_t* s, const struct timespec* t), (s, t), word(s, sizeof *s))
 SYNC(sem_post, (sem_t* s), (s), word(s, sizeof *s))
+SYNC(pthread_mutex_clocklock, (pthread_mutex_t* m, clockid_t k, const struct timespec* t), (m, k, t), word(m, sizeof *m))
+SYNC(pthread_cond_clockwait, (pthread_cond_t* c, pthread_mutex_t* m, clockid_t k, const struct timespec* t), (c, m, k, t),
+     word(c, sizeof *c); word(m, sizeof *m))
+SYNC(pthread_rwlock_timedrdlock, (pthread_rwlock_t* l, const struct timespec* t), (l, t), word(l, sizeof *l))
+SYNC(pthread_rwlock_timedwrlock, (pthread_rwlock_t* l, const struct timespec* t), (l, t), word(l, sizeof *l))
+SYNC(pthread_rwlock_clockrdlock, (pthread_rwlock_t* l, clockid_t k, const struct timespec* t), (l, k, t), word(l, sizeof *l))
+SYNC(pthread_rwlock_clockwrlock, (pthread_rwlock_t* l, clockid_t k, const struct timespec* t), (l, k, t), word(l, sizeof *l))
+SYNC(sem_clockwait, (sem_t* s, clockid_t k, const struct timespec* t), (s, k, t), word(s, sizeof *s))
 
 /* ---- asynchronous kernel I/O --------------------------------------------------------------
    io_uring and Linux aio let the kernel read and write the program's buffers after the call

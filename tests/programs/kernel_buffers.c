@@ -9,7 +9,7 @@
    reaching the kernel internally), POSIX timers, thread names and affinities, prctl,
    mincore, extended attributes, futimens, scheduling parameters, getresuid, mkfifoat,
    semctl, the CPU-time clocks, fcntl locks and sigwait with their argument on every page of
-   a chunk.  Every buffer is filled and verified; the output is a line per part and a
+   a chunk, and the printf family printing a long string from such a chunk.  Every buffer is filled and verified; the output is a line per part and a
    checksum of the data.  Written during a crash hunt (2026-11-25) that found each of these
    failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps (the exec
    environment and the calls after it: 2026-11-28).
@@ -17,6 +17,7 @@
    pages another process cannot read). */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -562,8 +563,60 @@ static void t_page_args(void) {
   timer_delete(page_timer);
 }
 
+/* the printf family printing a long string (and precision, positional and fortified forms)
+   from a chunk with sampled pages: glibc hands a piece longer than the stream's buffer to
+   write() straight from the string; chromalloc's wrappers walk the arguments to release the
+   string's pages first, and must pass every argument on as it was */
+int __fprintf_chk(FILE* f, int flag, const char* fmt, ...);
+int __vfprintf_chk(FILE* f, int flag, const char* fmt, va_list ap);
+int __dprintf_chk(int fd, int flag, const char* fmt, ...);
+static const char* const print_calls[] = { "fprintf", "vfprintf", "dprintf", "vdprintf", "__fprintf_chk",
+  "__vfprintf_chk", "__dprintf_chk", "fprintf (positional)" };
+static const char print_fmt[] = "<%d|%s|%.*s|%c|%.1f|%lld|%Lg>";
+static int print_v(int w, FILE* f, const char* fmt, ...) {
+  va_list ap; va_start(ap, fmt);
+  int r = w == 1 ? vfprintf(f, fmt, ap) : w == 3 ? vdprintf(fileno(f), fmt, ap) : __vfprintf_chk(f, 1, fmt, ap);
+  va_end(ap);
+  return r;
+}
+static int print_call(int w, FILE* f, const char* s) {
+  int fd = fileno(f);
+  switch (w) {
+  case 0: return fprintf(f, print_fmt, w, s, 100, s + 5000, 'z', 0.5, -7LL, 2.5L);
+  case 2: return dprintf(fd, print_fmt, w, s, 100, s + 5000, 'z', 0.5, -7LL, 2.5L);
+  case 4: return __fprintf_chk(f, 1, print_fmt, w, s, 100, s + 5000, 'z', 0.5, -7LL, 2.5L);
+  case 6: return __dprintf_chk(fd, 1, print_fmt, w, s, 100, s + 5000, 'z', 0.5, -7LL, 2.5L);
+  case 7: return fprintf(f, "%2$s%1$d", w, s);
+  default: return print_v(w, f, print_fmt, w, s, 100, s + 5000, 'z', 0.5, -7LL, 2.5L);
+  }
+}
+static void t_printf(void) {
+  size_t n = 256 << 10;
+  char* want = malloc(2 * n); char* got = malloc(2 * n);
+  for (int w = 0; w < (int)(sizeof print_calls / sizeof *print_calls); w++)
+    for (int k = 0; k < 8; k++) {              /* a context's first chunks are not sampled */
+      FILE* f = tmpfile(); CHECK(f != NULL, "tmpfile");
+      if (f == NULL) continue;
+      setvbuf(f, NULL, _IOFBF, 4096);
+      char* s = malloc(n);
+      memset(s, 'a' + k, n - 1); s[n - 1] = 0;
+      settle();
+      int r = print_call(w, f, s);
+      fflush(f);
+      int len = w == 7 ? snprintf(want, 2 * n, "%2$s%1$d", w, s)
+                       : snprintf(want, 2 * n, print_fmt, w, s, 100, s + 5000, 'z', 0.5, -7LL, 2.5L);
+      ssize_t g = pread(fileno(f), got, 2 * n, 0);
+      CHECK(r == len && g == len && memcmp(got, want, (size_t)len) == 0, "%s: returned %d, file %zd bytes, want %d",
+            print_calls[w], r, g, len);
+      fclose(f);
+      free(s);
+    }
+  free(want); free(got);
+}
+
 static void t_libc(const char* self) {
   t_page_args();
+  t_printf();
   for (unsigned k = 0; k < 3; k++) {
     size_t n = SZ[k] + 4096;
     unsigned char* b = big(n, k);

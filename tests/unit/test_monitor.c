@@ -6,7 +6,7 @@
    - system calls given sampled buffers work (no EFAULT): read write readv writev send recv
      fread fwrite pread pwrite, and paths, structures and argument strings in sampled pages:
      open stat lstat access fopen opendir realpath readlink getcwd mkdir rename unlink
-     syscall() posix_spawn,
+     syscall() posix_spawn, and a long string printed by fprintf,
    - a child forked while pages are being re-armed can free its monitored chunks,
    - the program's own mprotect on a sampled page works,
    - a genuine fault reaches the program's own SIGSEGV handler, or kills it by default, null
@@ -54,6 +54,27 @@ static void test_memory_access(void) {
   settle();
   CHECK(same(a, BYTES, 1));
   free(a); free(b);
+}
+
+/* the printf family: glibc writes a piece longer than the stream's buffer straight from the
+   caller's string, so the wrappers release a string argument's sampled pages first (walking the
+   format's argument types) and pass every argument on unchanged */
+static void test_printf(void) {
+  char* s = malloc(BYTES);
+  CHECK(s != NULL);
+  if (s == NULL) return;
+  memset(s, 'x', BYTES - 1);
+  s[BYTES - 1] = 0;
+  settle();
+  long long r0 = chromalloc_version != NULL ? stats_value("monitor", "released_pages") : 0;
+  FILE* f = fopen("/dev/null", "w");
+  CHECK(f != NULL);
+  if (f != NULL) {
+    CHECK_EQ(fprintf(f, "%d|%.*s|%s|%Lg", 5, 3, s, s + 4096, 1.5L), 2 + 3 + 1 + (BYTES - 4097) + 1 + 3);
+    fclose(f);
+  }
+  if (chromalloc_version != NULL) CHECK(stats_value("monitor", "released_pages") > r0);
+  free(s);
 }
 
 static void test_syscalls(void) {
@@ -380,6 +401,7 @@ int main(int argc, char** argv) {
   test_fruitless_group();
   test_memory_access();
   test_syscalls();
+  test_printf();
   test_paths();
   test_fork_while_rearming();
   test_own_mprotect();
