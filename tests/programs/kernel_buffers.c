@@ -288,6 +288,25 @@ static void t_futex(void) {
     free(w);
     free(SH);
   }
+  /* the timed and clock forms, their objects in a big chunk: each times out or locks */
+  struct tw { pthread_mutex_t mu; pthread_cond_t cv; pthread_rwlock_t rw; sem_t sem; } *o = malloc(65536);
+  pthread_mutex_init(&o->mu, NULL); pthread_cond_init(&o->cv, NULL); pthread_rwlock_init(&o->rw, NULL); sem_init(&o->sem, 0, 0);
+  struct timespec soon; clock_gettime(CLOCK_MONOTONIC, &soon); soon.tv_nsec += 2000000;
+  if (soon.tv_nsec >= 1000000000) { soon.tv_sec++; soon.tv_nsec -= 1000000000; }
+  CHECK(pthread_mutex_clocklock(&o->mu, CLOCK_MONOTONIC, &soon) == 0, "pthread_mutex_clocklock");
+  CHECK(pthread_cond_clockwait(&o->cv, &o->mu, CLOCK_MONOTONIC, &soon) == ETIMEDOUT, "pthread_cond_clockwait");
+  pthread_mutex_unlock(&o->mu);
+  CHECK(sem_clockwait(&o->sem, CLOCK_MONOTONIC, &soon) == -1 && errno == ETIMEDOUT, "sem_clockwait");
+  CHECK(pthread_rwlock_clockrdlock(&o->rw, CLOCK_MONOTONIC, &soon) == 0, "pthread_rwlock_clockrdlock");
+  CHECK(pthread_rwlock_clockwrlock(&o->rw, CLOCK_MONOTONIC, &soon) == ETIMEDOUT, "pthread_rwlock_clockwrlock");
+  pthread_rwlock_unlock(&o->rw);
+  struct timespec later; clock_gettime(CLOCK_REALTIME, &later); later.tv_sec += 1;
+  CHECK(pthread_rwlock_timedrdlock(&o->rw, &later) == 0, "pthread_rwlock_timedrdlock");
+  clock_gettime(CLOCK_REALTIME, &later);
+  CHECK(pthread_rwlock_timedwrlock(&o->rw, &later) == ETIMEDOUT, "pthread_rwlock_timedwrlock");
+  pthread_rwlock_unlock(&o->rw);
+  pthread_cond_destroy(&o->cv); pthread_mutex_destroy(&o->mu); pthread_rwlock_destroy(&o->rw); sem_destroy(&o->sem);
+  free(o);
   printf("futex ok\n");
 }
 
