@@ -46,11 +46,15 @@ static char* block_of(int set, size_t bytes) {
 /* The slice's pages and the other 7/8's, by what they do in the L2: a 1/8 block of twice the
    slice's size evicts itself (3/4 of its pages slow), and reading a 1/8 block of L2/2 evicts
    at most 1/16 of a 7/8 block's pages that read fast before it (random pages: 1/8).  Up to
-   four tries, a second apart (the pages stay put: a pool that is wrong reads wrong every
-   time), until one passes.  A try is judged only when ordinary pages read as L2 hits (15/16 of
-   the block fast) and reading the 1/8 block of L2/2 evicts 8 pages of the other 1/8 block
-   (7 of them at least: they fit the slice); a judged try that fails is a failure unless a
-   later one passes. */
+   eight tries, a second apart (the pages stay put: a pool that is wrong reads wrong every
+   time), until each property has been seen.  A try is judged only when ordinary pages read as
+   L2 hits (15/16 of the block fast), and for the 7/8 block only when reading the 1/8 block of
+   L2/2 evicts 8 pages of the other 1/8 block too (7 of them at least: they fit the slice).
+   Each property passes when some judged try shows it, and fails only over two judged tries or
+   more: on the Zen 4 host in a loud hour the same blocks read 29 then 2 of 64 slow on their
+   own, and 23 then 7 evicted, tries apart; judged by the last judged try of four (the 1/8
+   block's own reading gated by the 7/8 block's condition), the test failed in this session's
+   first .ci/run and in 4 of 8 runs by hand (twenty-first session). */
 static void check_in_the_l2(int set, int other) {
   size_t l2 = l2_bytes(), q = l2 / 4;
   /* stock for every block (else a block is ordinary memory) */
@@ -62,29 +66,31 @@ static void check_in_the_l2(int set, int other) {
   char* mine = block_of(set, q);
   char* rest = block_of(other, q);
   char* ord = block_of(0, q);
-  int judged = 0, n = (int)(q / 4096);
+  int judged_self = 0, judged_pure = 0, n = (int)(q / 4096);
   bool self_ok = false, pure_ok = false;
-  for (int tries = 0; tries < 4 && !(self_ok && pure_ok); tries++) {
+  for (int tries = 0; tries < 8 && !(self_ok && pure_ok); tries++) {
     if (tries > 0) sleep(1);
     l2_reading_t o = l2_read(ord, q, NULL, 0, 0);
     l2_reading_t m = l2_read(mine, q, NULL, 0, o.base);
     l2_reading_t c = l2_read(mine, 8 * 4096, pol, l2 / 2, o.base);   /* 8 of its pages fit */
     l2_reading_t r = l2_read(rest, q, pol, l2 / 2, o.base);
-    bool sane = o.quiet_slow * 16 <= n && c.evicted >= 7;
+    bool quiet = o.quiet_slow * 16 <= n, evicts = c.evicted >= 7;
     fprintf(stderr, "test_colour_api: in the L2 (try %d%s): of %d pages each, ordinary %d slow; 1/8 %d slow (itself), "
             "8 of its pages %d evicted by a 1/8 block of L2/2; 7/8 %d evicted by it, %d slow before it (itself)\n",
-            tries + 1, sane ? "" : ", not judged", n, o.quiet_slow, m.quiet_slow, c.evicted, r.evicted, r.quiet_slow);
-    if (!sane) continue;
-    judged++;
-    self_ok = m.quiet_slow * 4 >= n * 3;
-    pure_ok = r.evicted * 16 <= n;
+            tries + 1, !quiet ? ", not judged" : !evicts ? ", 7/8 not judged" : "", n, o.quiet_slow, m.quiet_slow, c.evicted,
+            r.evicted, r.quiet_slow);
+    if (!quiet) continue;
+    judged_self++;
+    self_ok |= m.quiet_slow * 4 >= n * 3;
+    if (!evicts) continue;
+    judged_pure++;
+    pure_ok |= r.evicted * 16 <= n;
   }
-  if (judged == 0) {
-    fprintf(stderr, "test_colour_api: ordinary pages did not read as L2 hits, or the 1/8 block evicted too little now (a noisy host): not checked in the L2\n");
-  } else {
-    CHECK(self_ok);                                      /* twice the slice's size: it evicts itself */
-    CHECK(pure_ok);                                      /* the 7/8 keeps out of the first eighth */
-  }
+  /* twice the slice's size: it evicts itself; the 7/8 keeps out of the first eighth */
+  if (self_ok || judged_self >= 2) CHECK(self_ok);
+  if (pure_ok || judged_pure >= 2) CHECK(pure_ok);
+  if (!self_ok && judged_self < 2) fprintf(stderr, "test_colour_api: ordinary pages read as L2 hits in %d of 8 tries (a noisy host): the 1/8 block not checked in the L2\n", judged_self);
+  if (!pure_ok && judged_pure < 2) fprintf(stderr, "test_colour_api: %d of 8 tries judged for the 7/8 block (a noisy host): not checked in the L2\n", judged_pure);
   free(ord); free(mine); free(pol); free(rest);
 }
 
