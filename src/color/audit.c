@@ -34,7 +34,9 @@
    the slice got no page.  Reading the group twice as often, each page's passes in a row, or
    every other pass backwards did not raise it.  Of 31 groups judged invalid (112 processes),
    30 had a majority above the plain rule.  A page joining the pool is still asked "clearly"
-   (_ca_audit_evicts' callers): in such a moment it is turned away, not let in. */
+   (_ca_audit_evicts' callers): in such a moment it is turned away, not let in; a page joining
+   a small slice is asked twice (colourset.c, audited(): one reading let too many strays into
+   a 1/8 pool on the Zen 4 host, twenty-first session). */
 #include "colour.h"
 
 /* Does reading group g[0..n) evict `page` (clearly, or at the plain rule)?  `page` becomes a
