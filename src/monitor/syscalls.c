@@ -131,15 +131,17 @@ static void release_msg(const struct msghdr* m) {
 static inline void path(const char* p) { if (p != NULL) release(p, PATH_BYTES); }
 static inline void small(const void* p) { if (p != NULL) release(p, CA_OS_PAGE); }
 /* a string of any length: released page by page up to its NUL (an exec argument of 20000
-   bytes reached past PATH_MAX and the kernel read a sampled page: EFAULT) */
-static void string(const char* s) {
-  for (uintptr_t p = (uintptr_t)s; s != NULL;) {
+   bytes reached past PATH_MAX and the kernel read a sampled page: EFAULT); `monitored_only`:
+   while its pages lie in monitored chunks, no page outside one read (printf's %.*s) */
+static void string_pages(const char* s, bool monitored_only) {
+  for (uintptr_t p = (uintptr_t)s; s != NULL && (!monitored_only || _ca_monitor_covers(p));) {
     uintptr_t end = (p & ~(uintptr_t)(CA_OS_PAGE - 1)) + CA_OS_PAGE;
     release((const void*)p, end - p);
     if (memchr((const void*)p, 0, end - p) != NULL) break;
     p = end;
   }
 }
+static void string(const char* s) { string_pages(s, false); }
 static void strings(char* const* v) {
   for (size_t i = 0; v != NULL && i < 65536; i++) { release(&v[i], sizeof v[i]); if (v[i] == NULL) break; string(v[i]); }
 }
@@ -559,14 +561,7 @@ WRAP(int, puts, (const char* p), (p), string(p))
    NUL, but only pages of monitored chunks are read for it: a %.*s argument need not end in a
    NUL, and the rest of the chunk is never released (the page a program prints a name from
    stays sampled).  Formats with more than 64 arguments have the first 64 looked at. */
-static void printed(const char* s) {
-  for (uintptr_t p = (uintptr_t)s; s != NULL && _ca_monitor_covers(p);) {
-    uintptr_t end = (p & ~(uintptr_t)(CA_OS_PAGE - 1)) + CA_OS_PAGE;
-    release((const void*)p, end - p);
-    if (memchr((const void*)p, 0, end - p) != NULL) break;
-    p = end;
-  }
-}
+static void printed(const char* s) { string_pages(s, true); }
 static void printed_args(const char* fmt, va_list ap) {
   if (!_ca_monitor_active() || fmt == NULL) return;
   printed(fmt);
