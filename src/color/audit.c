@@ -36,7 +36,15 @@
    30 had a majority above the plain rule.  A page joining the pool is still asked "clearly"
    (_ca_audit_evicts' callers): in such a moment it is turned away, not let in; a page joining
    a small slice is asked twice (colourset.c, audited(): one reading let too many strays into
-   a 1/8 pool on the Zen 4 host, twenty-first session). */
+   a 1/8 pool on the Zen 4 host, twenty-first session).
+
+   Controls: a reading errs towards "evicted" in a loud moment (something outside the VM clears
+   the L2 while the group is read), and then a group of random pages judges valid and admits
+   random pages.  So the group keeps 16 random pages of no pool, its controls, and reads them
+   as it reads its members: a judgement in which they are evicted at more than half the
+   members' rate says nothing (loud: the group waits for another moment), and a page admitted
+   to the slice is read beside a control the valid judgement left in the level, and turned away
+   when that control reads evicted too (docs/colours.md, "Controls"). */
 #include "colour.h"
 
 /* Does reading group g[0..n) evict `page` (clearly, or at the plain rule)?  `page` becomes a
@@ -46,23 +54,50 @@ bool _ca_audit_evicts(ca_probe_t* p, void* const* g, size_t n, void* page, bool 
   return _ca_evicts_confirmed(p, page, g, n, 1, 1, clearly ? CA_ASK_CLEARLY : CA_ASK_PLAIN);
 }
 
+/* evicted at the plain rule in one of two tests */
+static bool evicted_plainly(ca_probe_t* p, void* const* g, size_t n, void* page) {
+  return _ca_audit_evicts(p, g, n, page, false) || _ca_audit_evicts(p, g, n, page, false);
+}
+
+/* Is `page` (a page the slice's sets claimed) of the valid group's slice?  1: evicted clearly
+   twice, and a control the judgement left in the level is left there now; 0: not evicted
+   (a stray); -1: the control was evicted too (a loud moment: nothing can be told). */
+int _ca_audit_admits(ca_probe_t* p, ca_audit_group_t* g, void* page) {
+  void* const* grp = (void* const*)g->page;
+  if (!_ca_audit_evicts(p, grp, g->n, page, true) || !_ca_audit_evicts(p, grp, g->n, page, true)) return 0;
+  if (g->controls_left == 0) return 1;
+  uint32_t k = g->next_control;
+  do k = (k + 1) % g->ncontrols; while (!((g->controls_left >> k) & 1));
+  g->next_control = k;
+  return _ca_audit_evicts(p, grp, g->n, g->control[k], true) ? -1 : 1;
+}
+
 /* Judge the group's members, each against the others, at the plain rule; strays (members the
    others leave in the level in two tests) move to the end of g->page and out of the group
    (*nstrays of them, from g->page[g->n]).  A group of which fewer than half are evicted is not
-   of few colours: invalid, its members left as they were. */
-bool _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays) {
+   of few colours: invalid, its members left as they were.  Then its controls, the same way:
+   evicted at more than half the members' rate, the moment was loud (members left as they
+   were, and the group as valid as it was). */
+ca_audit_verdict_t _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays) {
   bool stray[CA_AUDIT_MAX];
   uint32_t evicted = 0;
   *nstrays = 0;
   for (uint32_t i = 0; i < g->n; i++) {
     void* m = g->page[i];
     g->page[i] = g->page[g->n - 1];              /* the others: the group without member i */
-    stray[i] = !_ca_audit_evicts(p, g->page, g->n - 1, m, false) && !_ca_audit_evicts(p, g->page, g->n - 1, m, false);
+    stray[i] = !evicted_plainly(p, (void* const*)g->page, g->n - 1, m);
     g->page[g->n - 1] = g->page[i];
     g->page[i] = m;
     evicted += !stray[i];
   }
-  if (evicted * 2 < g->n) { g->valid = false; return false; }
+  if (evicted * 2 < g->n) { g->valid = false; return CA_AUDIT_INVALID; }
+  uint32_t ctl_evicted = 0, left = 0;
+  for (uint32_t i = 0; i < g->ncontrols; i++) {
+    bool e = evicted_plainly(p, (void* const*)g->page, g->n, g->control[i]);
+    ctl_evicted += e;
+    left |= (uint32_t)!e << i;
+  }
+  if ((uint64_t)ctl_evicted * 2 * g->n > (uint64_t)evicted * g->ncontrols) return CA_AUDIT_LOUD;
   for (uint32_t i = g->n; i-- > 0;)
     if (stray[i]) {
       void* m = g->page[i];
@@ -70,6 +105,7 @@ bool _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays) {
       g->page[g->n] = m;
       ++*nstrays;
     }
+  g->controls_left = left;
   g->valid = true;
-  return true;
+  return CA_AUDIT_VALID;
 }

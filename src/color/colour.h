@@ -146,13 +146,20 @@ bool     _ca_evicts_confirmed(ca_probe_t* p, void* ref, void* const* set, size_t
 
 /* ---- the slice audit (audit.c): a small slice's pool judged by its own pages ------------- */
 #define CA_AUDIT_MAX 256                       /* pages in a group at most */
+#define CA_AUDIT_CONTROLS 16                   /* random pages read beside the members */
 typedef struct ca_audit_group_s {
   void*    page[CA_AUDIT_MAX];                 /* out of every pool while in the group */
   uint32_t n;                                  /* members */
   bool     valid;                              /* judged: its members evict one another */
+  void*    control[CA_AUDIT_CONTROLS];         /* random pages of no pool, the group's own */
+  uint32_t ncontrols;
+  uint32_t controls_left;                      /* bit i: the valid judgement left control i in the level */
+  uint32_t next_control;                       /* the one the next admitted page is read beside */
 } ca_audit_group_t;
+typedef enum { CA_AUDIT_INVALID, CA_AUDIT_VALID, CA_AUDIT_LOUD } ca_audit_verdict_t;
 bool     _ca_audit_evicts(ca_probe_t* p, void* const* g, size_t n, void* page, bool clearly);
-bool     _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays);
+int      _ca_audit_admits(ca_probe_t* p, ca_audit_group_t* g, void* page);
+ca_audit_verdict_t _ca_audit_judge(ca_probe_t* p, ca_audit_group_t* g, uint32_t* nstrays);
 uint32_t _ca_colour_discover(ca_probe_t* p, ca_colour_map_t* map, ca_page_source_t* src,
                              uint32_t want, uint32_t expected, uint64_t budget_ms, uint64_t* rng,
                              ca_discovery_stats_t* st);

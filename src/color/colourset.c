@@ -59,7 +59,8 @@ static struct {
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped, backoffs;
   uint64_t          frames_kept;     /* recoloured pages' old frames pooled (protection's moves) */
   uint64_t          audit_judged, audit_invalid, audit_strays;   /* the slice audit's groups */
-  uint64_t          audit_pages, audit_turned_away;   /* pages it was asked about */
+  uint64_t          audit_pages, audit_turned_away;   /* pages it was asked about, */
+  uint64_t          audit_loud, audit_loud_pages;     /* ... judgements and pages put off by controls */
   uint64_t          quiet_ns, classify_ns, held_ns;
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
@@ -271,20 +272,21 @@ static int audit_wants(const ca_colour_set_t* g, int c, uint64_t elim) {
 static int audited(void* page, int c) {
   uint64_t elim = elimination_colours();
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {
-    const ca_colour_set_t* g = &L.sets[i];
+    ca_colour_set_t* g = &L.sets[i];
     int want = audit_wants(g, c, elim);
     if (want < 0) continue;
     L.audit_pages++;
-    /* a page of the slice is asked twice: on the Zen 4 host (32 colours, a page claimed for a
-       1/8 slice about 1 in 30) one clear reading let strays in, and a 64-page block of the
-       pool did not evict itself in 3 of 18 test_colour_api processes (0 of 18 asked twice,
-       interleaved); the second reading is asked only of pages that passed the first, but the
-       pages it turns away must be replaced: the worker's CPU, median 3.9 s against 6.4 s in
-       those processes, 2.5 against 3.2 s in pv messages (colour_ready.py, 5 rounds) */
-    void* const* grp = (void* const*)g->audit.page;
-    if (_ca_audit_evicts(&L.probe.base, grp, g->audit.n, page, want == 1) != (want == 1) ||
-        (want == 1 && !_ca_audit_evicts(&L.probe.base, grp, g->audit.n, page, true))) {
+    /* a page of the slice is asked twice, and beside a control (audit.c): on the Zen 4 host
+       (32 colours, a page claimed for a 1/8 slice about 1 in 30) one clear reading let strays
+       in, and a 64-page block of the pool did not evict itself in 3 of 18 test_colour_api
+       processes (0 of 18 asked twice, interleaved); the pages turned away must be replaced:
+       the worker's CPU, median 3.9 s against 6.4 s in those processes, 2.5 against 3.2 s in
+       pv messages (colour_ready.py, 5 rounds) */
+    int v = want == 1 ? _ca_audit_admits(&L.probe.base, &g->audit, page)
+                      : !_ca_audit_evicts(&L.probe.base, (void* const*)g->audit.page, g->audit.n, page, false);
+    if (v != 1) {
       L.audit_turned_away++;
+      L.audit_loud_pages += v < 0;
       return -2;
     }
   }
@@ -325,9 +327,15 @@ static bool audit_groups(uint64_t* rng) {
       if (page == NULL) break;
       g->page[g->n++] = page;
     }
+    if (g->ncontrols == 0) {                       /* random pages, kept for the set's life */
+      uint8_t* c = _ca_pool_supply(CA_AUDIT_CONTROLS);
+      for (uint32_t k = 0; c != NULL && k < CA_AUDIT_CONTROLS; k++) g->control[g->ncontrols++] = c + k * CA_OS_PAGE;
+    }
     uint32_t strays = 0;
-    bool ok = _ca_audit_judge(&L.probe.base, g, &strays);
+    ca_audit_verdict_t v = _ca_audit_judge(&L.probe.base, g, &strays);
     L.audit_judged++;
+    if (v == CA_AUDIT_LOUD) { L.audit_loud++; continue; }   /* its members wait for another moment */
+    bool ok = v == CA_AUDIT_VALID;
     _ca_lock(&L.lock);
     for (uint32_t k = 0; k < strays; k++) _ca_pool_drop(g->page[g->n + k]);
     if (!ok) {
@@ -1250,6 +1258,8 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"strays\":"); ca_buf_u64(b, L.audit_strays);
   ca_buf_str(b, ",\"pages\":"); ca_buf_u64(b, L.audit_pages);
   ca_buf_str(b, ",\"turned_away\":"); ca_buf_u64(b, L.audit_turned_away);
+  ca_buf_str(b, ",\"groups_loud\":"); ca_buf_u64(b, L.audit_loud);
+  ca_buf_str(b, ",\"loud_pages\":"); ca_buf_u64(b, L.audit_loud_pages);
   ca_buf_str(b, "}");
   ca_buf_str(b, ",\"suspicions\":"); ca_buf_u64(b, L.suspicions);
   ca_buf_str(b, ",\"suspected_by\":{\"claims\":"); ca_buf_u64(b, L.suspected_by[0]);

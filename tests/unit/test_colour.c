@@ -199,11 +199,13 @@ static void test_reduce_clear_rule_too_high(bool (*too_clearly)(ca_probe_t*, voi
 
 static bool sim_never(ca_probe_t* p, void* r, void* const* pages, size_t n) { p->tests++; return false; }
 
-/* A group of 64 pages: 52 of the 1/8 slice (colours 0-1, *pure), the rest strays (returned). */
+/* A group of 64 pages: 52 of the 1/8 slice (colours 0-1, *pure), the rest strays (returned);
+   its controls are 16 pages of any colour. */
 static uint32_t slice_group(sim_t* s, const ca_page_source_t* src, ca_audit_group_t* g, uint32_t* pure) {
   uint32_t stray = 0;
   *pure = 0;
-  g->n = 0;
+  memset(g, 0, sizeof *g);
+  for (size_t i = 3500; i < 3500 + CA_AUDIT_CONTROLS; i++) g->control[g->ncontrols++] = src->pages[i];
   for (size_t i = 0; i < src->npages && g->n < 64; i++) {
     bool of_slice = oracle(s, src->pages[i]) < 2;
     if (of_slice ? *pure < 52 : stray < 12) { g->page[g->n++] = src->pages[i]; *pure += of_slice; stray += !of_slice; }
@@ -215,7 +217,9 @@ static uint32_t slice_group(sim_t* s, const ca_page_source_t* src, ca_audit_grou
    colours, is valid, loses exactly its strays, and then tells the slice's pages from the rest
    (evicted clearly, or not at the plain rule); so is it when no test reads "clearly"; a group of
    random pages is not valid (its members do not evict one another); and in a loud moment, when
-   every test reads "evicted", no page passes as one of no slice colour. */
+   every test reads "evicted", a group of random pages is not judged (its controls are evicted
+   like its members), no page passes as one of no slice colour, and none is admitted to the
+   slice. */
 static void test_audit(double noise) {
   sim_t s = sim(16, 16, noise);
   s.base.evicts_clearly = sim_evicts_fully;
@@ -223,7 +227,7 @@ static void test_audit(double noise) {
   ca_audit_group_t g;
   uint32_t pure, stray = slice_group(&s, &src, &g, &pure);
   uint32_t strays = 0;
-  CHECK(_ca_audit_judge(&s.base, &g, &strays));
+  CHECK_EQ(_ca_audit_judge(&s.base, &g, &strays), CA_AUDIT_VALID);
   CHECK(g.valid);
   uint32_t kept_strays = 0, dropped_pure = 0;
   for (uint32_t i = 0; i < g.n; i++) kept_strays += oracle(&s, g.page[i]) >= 2;
@@ -231,7 +235,7 @@ static void test_audit(double noise) {
   int wrong_in = 0, wrong_out = 0, in = 0, pages = 0;
   for (size_t i = 2048; i < 2048 + 400; i++) {
     bool of_slice = oracle(&s, src.pages[i]) < 2;
-    bool says_in = _ca_audit_evicts(&s.base, g.page, g.n, src.pages[i], true);
+    bool says_in = _ca_audit_admits(&s.base, &g, src.pages[i]) == 1;
     bool says_out = !_ca_audit_evicts(&s.base, g.page, g.n, src.pages[i], false);
     wrong_in += says_in && !of_slice;
     wrong_out += says_out && of_slice;
@@ -256,20 +260,27 @@ static void test_audit(double noise) {
     ca_audit_group_t w;
     uint32_t w_strays = 0, w_pure, w_stray = slice_group(&s, &src, &w, &w_pure);
     s.base.evicts_clearly = sim_never;
-    CHECK(_ca_audit_judge(&s.base, &w, &w_strays));
+    CHECK_EQ(_ca_audit_judge(&s.base, &w, &w_strays), CA_AUDIT_VALID);
     CHECK_EQ(w_strays, w_stray);
     s.base.evicts_clearly = sim_evicts_fully;
   }
   /* random pages: about 4 of each colour, fewer than the 16 ways */
   ca_audit_group_t r = { .n = 0 };
   for (size_t i = 3000; i < 3064; i++) r.page[r.n++] = src.pages[i];
-  CHECK(!_ca_audit_judge(&s.base, &r, &strays));
+  for (size_t i = 3500; i < 3500 + CA_AUDIT_CONTROLS; i++) r.control[r.ncontrols++] = src.pages[i];
+  CHECK_EQ(_ca_audit_judge(&s.base, &r, &strays), CA_AUDIT_INVALID);
   CHECK(!r.valid && r.n == 64);
   /* a loud moment: every test says "evicted" */
   s.base.evicts = s.base.evicts_clearly = sim_always;
-  int said_out = 0;
-  for (size_t i = 2048; i < 2048 + 100; i++) said_out += !_ca_audit_evicts(&s.base, g.page, g.n, src.pages[i], false);
+  CHECK_EQ(_ca_audit_judge(&s.base, &r, &strays), CA_AUDIT_LOUD);
+  CHECK(!r.valid && r.n == 64);
+  int said_out = 0, said_in = 0;
+  for (size_t i = 2048; i < 2048 + 100; i++) {
+    said_out += !_ca_audit_evicts(&s.base, g.page, g.n, src.pages[i], false);
+    said_in += _ca_audit_admits(&s.base, &g, src.pages[i]) == 1;
+  }
   CHECK_EQ(said_out, 0);
+  CHECK_EQ(said_in, 0);
   free_source(&src);
 }
 
