@@ -9,7 +9,7 @@
    reaching the kernel internally), POSIX timers, thread names and affinities, prctl,
    mincore, extended attributes, futimens, scheduling parameters, getresuid, mkfifoat,
    semctl, the CPU-time clocks, fcntl locks and sigwait with their argument on every page of
-   a chunk, and the printf family printing a long string from such a chunk.  Every buffer is filled and verified; the output is a line per part and a
+   a chunk, and the printf and err/warn families printing a long string from such a chunk.  Every buffer is filled and verified; the output is a line per part and a
    checksum of the data.  Written during a crash hunt (2026-11-25) that found each of these
    failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps (the exec
    environment and the calls after it: 2026-11-28).
@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdarg.h>
+#include <err.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -633,9 +634,44 @@ static void t_printf(void) {
   free(want); free(got);
 }
 
+/* the err/warn family, perror and psignal printing a long string from such a chunk to a stderr
+   the program made fully buffered (glibc writes the string straight from where it lies then),
+   in a child: errx ends it with its status */
+static void vwarnx_of(const char* fmt, ...) { va_list ap; va_start(ap, fmt); vwarnx(fmt, ap); va_end(ap); }
+static void t_warn(void) {
+  size_t n = 256 << 10;
+  char* s = malloc(n); char* want = malloc(8 * n); char* got = malloc(8 * n);
+  memset(s, 'w', n - 1); s[n - 1] = 0;
+  FILE* f = tmpfile(); CHECK(f != NULL && s && want && got, "tmpfile");
+  if (f == NULL || !s || !want || !got) return;
+  fflush(NULL);
+  settle();
+  pid_t c = fork();
+  if (c == 0) {
+    dup2(fileno(f), 2);
+    setvbuf(stderr, NULL, _IOFBF, 4096);
+    warnx("%s|%d", s, 1);
+    vwarnx_of("%s|%d", s, 2);
+    errno = ENOENT; warn("%s", s);
+    errno = ENOENT; perror(s);
+    psignal(SIGINT, s);
+    errx(7, "%.*s", 100, s + 5000);
+  }
+  int st = 0;
+  CHECK(c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 7, "errx status %x", st);
+  const char* me = program_invocation_short_name;
+  int len = snprintf(want, 8 * n, "%s: %s|1\n%s: %s|2\n%s: %s: %s\n%s: %s\n%s: %s\n%s: %.*s\n", me, s, me, s, me, s,
+                     strerror(ENOENT), s, strerror(ENOENT), s, strsignal(SIGINT), me, 100, s + 5000);
+  ssize_t g = pread(fileno(f), got, 8 * n, 0);
+  CHECK(g == len && memcmp(got, want, (size_t)len) == 0, "warn family: file %zd bytes, want %d", g, len);
+  fclose(f);
+  free(s); free(want); free(got);
+}
+
 static void t_libc(const char* self) {
   t_page_args();
   t_printf();
+  t_warn();
   for (unsigned k = 0; k < 3; k++) {
     size_t n = SZ[k] + 4096;
     unsigned char* b = big(n, k);

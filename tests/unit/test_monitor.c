@@ -15,6 +15,7 @@
    - allocation contexts through a shared wrapper are told apart by call site.
    Without chromalloc (the plain binary) the same checks run and must pass trivially. */
 #include "check.h"
+#include <err.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -75,6 +76,36 @@ static void test_printf(void) {
   }
   if (chromalloc_version != NULL) CHECK(stats_value("monitor", "released_pages") > r0);
   free(s);
+}
+
+/* the err/warn family and perror print through glibc's own vfprintf: their wrappers release
+   the strings' pages (each call a string of its own, just written: its pages sampled) */
+static char* sampled_string(void) {
+  char* s = malloc(BYTES);
+  if (s == NULL) return NULL;
+  memset(s, 'w', BYTES - 1);
+  s[BYTES - 1] = 0;
+  settle();
+  return s;
+}
+static void test_warn(void) {
+  int err_fd = dup(2), null_fd = open("/dev/null", O_WRONLY);
+  CHECK(err_fd >= 0 && null_fd >= 0);
+  fflush(stderr);
+  dup2(null_fd, 2);
+  char* s = sampled_string();
+  long long r1 = chromalloc_version != NULL ? stats_value("monitor", "released_pages") : 0;
+  if (s != NULL) warnx("%d|%s", 5, s);
+  long long r2 = chromalloc_version != NULL ? stats_value("monitor", "released_pages") : 0;
+  char* t = sampled_string();
+  long long r3 = chromalloc_version != NULL ? stats_value("monitor", "released_pages") : 0;
+  if (t != NULL) perror(t);
+  long long r4 = chromalloc_version != NULL ? stats_value("monitor", "released_pages") : 0;
+  dup2(err_fd, 2);
+  close(err_fd); close(null_fd);
+  CHECK(s != NULL && t != NULL);
+  if (chromalloc_version != NULL) { CHECK(r2 > r1); CHECK(r4 > r3); }
+  free(s); free(t);
 }
 
 static void test_syscalls(void) {
@@ -402,6 +433,7 @@ int main(int argc, char** argv) {
   test_memory_access();
   test_syscalls();
   test_printf();
+  test_warn();
   test_paths();
   test_fork_while_rearming();
   test_own_mprotect();
