@@ -838,7 +838,9 @@ static void worker(int here) {
     size_t stretch_classified = 0, stretch_taken = 0, claim_tested = 0, claim_hits = 0;
     bool suspect = false, slow = false, judged_ok = false;
     int since_quiet = QUIET_EVERY;
-    while (pools_short(gen) && !suspect && !slow) {
+    /* an injected loss (tests) is taken between chunks, as a suspicion would be: stocking a
+       pool can take tens of seconds, and the test waits for the loss, not for the stock */
+    while (pools_short(gen) && !suspect && !slow && atomic_load(&L.inject_drops) == 0) {
       if (!audit_groups(&rng)) { suspect = true; L.suspected_by[2]++; break; }
       uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
       if (chunk == NULL) break;

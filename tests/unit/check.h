@@ -96,7 +96,7 @@ static inline int fork_children(int n, int (*child)(void*), void* arg, const cha
   int ok = 0;
   for (int k = 0; k < n; k++) {
     pid_t pid = fork();
-    if (pid == 0) _exit(child(arg));
+    if (pid == 0) { check_failures = check_passes = 0; _exit(child(arg)); }   /* its own count, not the parent's so far */
     int status;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { fprintf(stderr, "%s: child %d: status 0x%x\n", what, k, status); break; }
