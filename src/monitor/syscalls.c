@@ -42,13 +42,12 @@
      EFAULT (below);
    - the printf family (printf fprintf dprintf and their v- and _chk forms), the err/warn
      family (warn warnx err errx and their v-forms), perror psignal psiginfo: the format and its
-     string arguments, within monitored chunks (below);
+     string arguments, within monitored chunks; error and error_at_line (formatted here, below);
    - asynchronous kernel I/O (io_uring, Linux aio, glibc's POSIX aio): no more traps at all
      once a process sets it up (below).
    Not covered: system calls glibc makes internally on the program's memory from functions not
-   listed (error and error_at_line printing to a stderr the program made buffered would be one):
-   the monitor never samples chunks whose call site is in glibc, and such buffers in a sampled
-   page of a program's chunk would see EFAULT; another process reading ours (ptrace, a
+   listed: the monitor never samples chunks whose call site is in glibc, and such buffers in a
+   sampled page of a program's chunk would see EFAULT; another process reading ours (ptrace, a
    debugger).
 
    The real functions: glibc's public aliases where it has them (__read, __write, __pread64,
@@ -61,6 +60,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <err.h>
+#include <error.h>
 #include <signal.h>
 #include <fcntl.h>
 #include <aio.h>
@@ -70,6 +70,7 @@
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/msg.h>
@@ -621,8 +622,7 @@ ca_export int __vdprintf_chk(int fd, int flag, const char* fmt, va_list ap) { pr
    %s goes to write() straight from where it lies (strace of warnx("<%s>", s) with a 64 KiB s
    after setvbuf(stderr, NULL, _IOFBF, 4096): write(2, s, 65535)).  Unbuffered, as stderr
    starts, glibc copies through a buffer on its stack.  The variadic forms go through the
-   v-forms here.  (error and error_at_line have no v-form to forward to in glibc 2.36: not
-   covered.) */
+   v-forms here. */
 typedef void (*vwarn_fn)(const char*, va_list);
 typedef void (*verr_fn)(int, const char*, va_list);
 ca_export void vwarn(const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(vwarn_fn, vwarn)(fmt, ap); }
@@ -637,6 +637,41 @@ static inline void printed_one(const char* s) { if (_ca_monitor_active()) printe
 ca_export void perror(const char* s) { printed_one(s); NEXT(__typeof__(&perror), perror)(s); }
 ca_export void psignal(int sig, const char* s) { printed_one(s); NEXT(__typeof__(&psignal), psignal)(sig, s); }
 ca_export void psiginfo(const siginfo_t* info, const char* s) { printed_one(s); NEXT(__typeof__(&psiginfo), psiginfo)(info, s); }
+
+/* error and error_at_line have no v-form in glibc to forward to: the message is formatted here,
+   on the stack (on the heap when longer than 1 KiB; its first 1023 bytes when there is no memory
+   for that), with the caller's errno for %m, and the real function prints it as "%s".  So glibc
+   never writes from the program's pages, and its own part is unchanged: stdout flushed,
+   error_print_progname, error_one_per_line, error_message_count, the exit status. */
+static char* message(char* buf, size_t cap, const char* fmt, va_list ap) {
+  int e = errno;
+  va_list a;
+  va_copy(a, ap);
+  int n = vsnprintf(buf, cap, fmt, a);
+  va_end(a);
+  char* heap = NULL;
+  if (n < 0) buf[0] = 0;
+  else if ((size_t)n >= cap) { errno = e; if (vasprintf(&heap, fmt, ap) < 0) heap = NULL; }
+  errno = e;
+  return heap;
+}
+ca_export void error(int st, int errnum, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap; va_start(ap, fmt);
+  char* heap = message(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  NEXT(__typeof__(&error), error)(st, errnum, "%s", heap != NULL ? heap : buf);
+  free(heap);
+}
+ca_export void error_at_line(int st, int errnum, const char* file, unsigned line, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap; va_start(ap, fmt);
+  char* heap = message(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  printed_one(file);
+  NEXT(__typeof__(&error_at_line), error_at_line)(st, errnum, file, line, "%s", heap != NULL ? heap : buf);
+  free(heap);
+}
 
 /* ---- futex words: a thread waiting on a mutex, condition, rwlock, barrier or semaphore has the
    kernel read its word; on a sampled page that read fails and glibc aborts ("The futex facility

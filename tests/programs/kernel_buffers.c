@@ -9,8 +9,9 @@
    reaching the kernel internally), POSIX timers, thread names and affinities, prctl,
    mincore, extended attributes, futimens, scheduling parameters, getresuid, mkfifoat,
    semctl, the CPU-time clocks, fcntl locks and sigwait with their argument on every page of
-   a chunk, and the printf and err/warn families printing a long string from such a chunk.  Every buffer is filled and verified; the output is a line per part and a
-   checksum of the data.  Written during a crash hunt (2026-11-25) that found each of these
+   a chunk, and the printf and err/warn families, error and error_at_line printing a long
+   string from such a chunk.  Every buffer is filled and verified; the output is a line per
+   part and a checksum of the data.  Written during a crash hunt (2026-11-25) that found each of these
    failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps (the exec
    environment and the calls after it: 2026-11-28).
    Usage: kernel_buffers [part] (default all; not included: ptrace of a child, whose sampled
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdarg.h>
 #include <err.h>
+#include <error.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -634,7 +636,7 @@ static void t_printf(void) {
   free(want); free(got);
 }
 
-/* the err/warn family, perror and psignal printing a long string from such a chunk to a stderr
+/* the err/warn family, perror, psignal, error and error_at_line printing a long string from such a chunk to a stderr
    the program made fully buffered (glibc writes the string straight from where it lies then),
    in a child: errx ends it with its status */
 static void vwarnx_of(const char* fmt, ...) { va_list ap; va_start(ap, fmt); vwarnx(fmt, ap); va_end(ap); }
@@ -655,13 +657,17 @@ static void t_warn(void) {
     errno = ENOENT; warn("%s", s);
     errno = ENOENT; perror(s);
     psignal(SIGINT, s);
+    errno = ENOENT; error(0, EACCES, "%s|%m", s);
+    error_at_line(0, 0, "f.c", 9, "%s|%d", s, 3);
     errx(7, "%.*s", 100, s + 5000);
   }
   int st = 0;
   CHECK(c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 7, "errx status %x", st);
   const char* me = program_invocation_short_name;
-  int len = snprintf(want, 8 * n, "%s: %s|1\n%s: %s|2\n%s: %s: %s\n%s: %s\n%s: %s\n%s: %.*s\n", me, s, me, s, me, s,
-                     strerror(ENOENT), s, strerror(ENOENT), s, strsignal(SIGINT), me, 100, s + 5000);
+  const char* full = program_invocation_name;              /* error's name for the program */
+  int len = snprintf(want, 8 * n, "%s: %s|1\n%s: %s|2\n%s: %s: %s\n%s: %s\n%s: %s\n%s: %s|%s: %s\n%s:f.c:9: %s|3\n%s: %.*s\n",
+                     me, s, me, s, me, s, strerror(ENOENT), s, strerror(ENOENT), s, strsignal(SIGINT),
+                     full, s, strerror(ENOENT), strerror(EACCES), full, s, me, 100, s + 5000);
   ssize_t g = pread(fileno(f), got, 8 * n, 0);
   CHECK(g == len && memcmp(got, want, (size_t)len) == 0, "warn family: file %zd bytes, want %d", g, len);
   fclose(f);

@@ -6,7 +6,8 @@
    - system calls given sampled buffers work (no EFAULT): read write readv writev send recv
      fread fwrite pread pwrite, and paths, structures and argument strings in sampled pages:
      open stat lstat access fopen opendir realpath readlink getcwd mkdir rename unlink
-     syscall() posix_spawn, and a long string printed by fprintf,
+     syscall() posix_spawn, and a long string printed by fprintf, warn, perror, error and
+     error_at_line,
    - a child forked while pages are being re-armed can free its monitored chunks,
    - the program's own mprotect on a sampled page works,
    - a genuine fault reaches the program's own SIGSEGV handler, or kills it by default, null
@@ -16,6 +17,7 @@
    Without chromalloc (the plain binary) the same checks run and must pass trivially. */
 #include "check.h"
 #include <err.h>
+#include <error.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -106,6 +108,47 @@ static void test_warn(void) {
   CHECK(s != NULL && t != NULL);
   if (chromalloc_version != NULL) { CHECK(r2 > r1); CHECK(r4 > r3); }
   free(s); free(t);
+}
+
+/* error and error_at_line: to a stderr made fully buffered, glibc wrote a long message straight
+   from the program's string (an EFAULT on a sampled page: the output lost); chromalloc formats
+   it first.  In a child, since stderr's buffering is changed; the bytes in the file are checked. */
+static int error_child(void* arg) {
+  FILE* f = arg;
+  dup2(fileno(f), 2);
+  setvbuf(stderr, NULL, _IOFBF, 4096);
+  char* s = sampled_string();
+  char* t = sampled_string();
+  if (s == NULL || t == NULL) return 1;
+  errno = ENOENT;
+  error(0, EACCES, "%s|%d|%m", s, 1);
+  error_at_line(0, 0, "file.c", 42, "%s", t);
+  fflush(stderr);
+  return error_message_count == 2 ? 0 : 1;
+}
+static void test_error(void) {
+  FILE* f = tmpfile();
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  fflush(NULL);
+  CHECK_EQ(fork_children(1, error_child, f, "test_error"), 1);
+  size_t n = 2 * BYTES + 4096;
+  char* want = malloc(n);
+  char* got = malloc(n);
+  CHECK(want != NULL && got != NULL);
+  if (want != NULL && got != NULL) {
+    char* s = malloc(BYTES);
+    memset(s, 'w', BYTES - 1);
+    s[BYTES - 1] = 0;
+    const char* me = program_invocation_name;
+    int len = snprintf(want, n, "%s: %s|1|%s: %s\n%s:file.c:42: %s\n", me, s, strerror(ENOENT), strerror(EACCES), me, s);
+    ssize_t g = pread(fileno(f), got, n, 0);
+    CHECK_EQ(g, len);
+    CHECK(g == len && memcmp(got, want, (size_t)len) == 0);
+    free(s);
+  }
+  free(want); free(got);
+  fclose(f);
 }
 
 static void test_syscalls(void) {
@@ -434,6 +477,7 @@ int main(int argc, char** argv) {
   test_syscalls();
   test_printf();
   test_warn();
+  test_error();
   test_paths();
   test_fork_while_rearming();
   test_own_mprotect();
