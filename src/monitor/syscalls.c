@@ -101,7 +101,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#define ca_export __attribute__((visibility("default")))
+/* weak: a program that defines one of these names itself (its own `error` or `warn`) links
+   against libchromalloc.a without a clash, and its definition is the one used */
+#define ca_export __attribute__((visibility("default"), weak))
 
 #pragma GCC visibility push(default)
 extern ssize_t __read(int fd, void* buf, size_t n);

@@ -1,15 +1,22 @@
-/* A user program built against an installed chromalloc (pkg-config or CMake). */
+/* A user program built against an installed chromalloc (pkg-config or CMake).  It defines its
+   own `error`, a name glibc has too and chromalloc's monitor wraps (weakly): it must link against
+   the static library as well, and its own definition must be the one called. */
 #include <chromalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static int own_errors;
+void error(int status, int errnum, const char* fmt, ...) { (void)status; (void)errnum; (void)fmt; own_errors++; }
 
 int main(void) {
   char* p = malloc(100);
   strcpy(p, "hello");
   char json[1 << 16];
   chromalloc_stats_json(json, sizeof json);
-  printf("%s from chromalloc %s: %s\n", p, chromalloc_version(), strstr(json, "\"size_classes\"") ? "stats ok" : "no stats");
+  error(0, 0, "%s", p);
+  printf("%s from chromalloc %s: %s, %s\n", p, chromalloc_version(), strstr(json, "\"size_classes\"") ? "stats ok" : "no stats",
+         own_errors == 1 ? "own error" : "error not its own");
   free(p);
   return 0;
 }
