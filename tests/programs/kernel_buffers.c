@@ -11,8 +11,8 @@
    semctl, the CPU-time clocks, fcntl locks and sigwait with their argument on every page of
    a chunk, and the printf and err/warn families, error and error_at_line printing a long
    string from such a chunk.  Every buffer is filled and verified; the output is a line per
-   part and a checksum of the data.  Written during a crash hunt (2026-11-25) that found each of these
-   failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps (the exec
+   part and a checksum of the data.  Written during a crash hunt (2026-11-25) that found each
+   of these failing with EFAULT, lost data or SIGSEGV under NightWatch's page traps (the exec
    environment and the calls after it: 2026-11-28).
    Usage: kernel_buffers [part] (default all; not included: ptrace of a child, whose sampled
    pages another process cannot read). */
@@ -636,9 +636,9 @@ static void t_printf(void) {
   free(want); free(got);
 }
 
-/* the err/warn family, perror, psignal, error and error_at_line printing a long string from such a chunk to a stderr
-   the program made fully buffered (glibc writes the string straight from where it lies then),
-   in a child: errx ends it with its status */
+/* the err/warn family, perror, psignal, error and error_at_line printing a long string from
+   such a chunk to a stderr the program made fully buffered (glibc writes the string straight
+   from where it lies then), in a child: errx ends it with its status */
 static void vwarnx_of(const char* fmt, ...) { va_list ap; va_start(ap, fmt); vwarnx(fmt, ap); va_end(ap); }
 static void t_warn(void) {
   size_t n = 256 << 10;
