@@ -63,7 +63,7 @@ test-docs: lib
 	  || { echo "FAIL docs/options.md is stale: run 'make docs'"; exit 1; }
 
 # The colour layer unavailable: disabled by option, or a machine profile that says so.
-test-colour-off: $(TEST_BIN)/test_colour_api-plain
+test-colour-off: lib $(TEST_BIN)/test_colour_api-plain
 	CHROMALLOC_OPTIONS=colours=0 LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain disabled
 	@printf '{"profile_version":1,"cpu":"%s","usable":false,"reason":"test: not controllable","level":2,"method":"none","colours":0,"ways":0}\n' \
 	  "$$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" > $(TEST_BIN)/unusable-profile.json
@@ -73,7 +73,7 @@ test-colour-off: $(TEST_BIN)/test_colour_api-plain
 # NightWatch starts the colour layer only after nightwatch_delay: a polluter before it leaves
 # the layer off.
 .PHONY: test-delay
-test-delay: $(TEST_BIN)/test_monitor-plain
+test-delay: lib $(TEST_BIN)/test_monitor-plain
 	CHROMALLOC_OPTIONS=nightwatch=1,nightwatch_monitor=1,nightwatch_delay=3600000 LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_monitor-plain delay-off
 	CHROMALLOC_OPTIONS=nightwatch=1,nightwatch_monitor=1,nightwatch_delay=0 LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_monitor-plain delay-on
 
