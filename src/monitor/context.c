@@ -177,7 +177,7 @@ static bool chains(const range_table_t* T, uintptr_t pc, uintptr_t inner) {
    while it holds the thread's own lock.  An allocation there that the policy sampled would scan
    the stack, and find_stack below calls pthread_getattr_np again and waits for that lock for
    ever (java hung at start-up).  So what it allocates is never placed or sampled. */
-__attribute__((visibility("default"))) int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
+ca_interpose int pthread_getattr_np(pthread_t t, pthread_attr_t* a) {
   bool was = _ca_no_policy;
   _ca_no_policy = true;                      /* before the lookup too: dlsym may allocate */
   int (*f)(pthread_t, pthread_attr_t*) = NEXT(int (*)(pthread_t, pthread_attr_t*), pthread_getattr_np);

@@ -101,10 +101,6 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-/* weak: a program that defines one of these names itself (its own `error` or `warn`) links
-   against libchromalloc.a without a clash, and its definition is the one used */
-#define ca_export __attribute__((visibility("default"), weak))
-
 #pragma GCC visibility push(default)
 extern ssize_t __read(int fd, void* buf, size_t n);
 extern ssize_t __write(int fd, const void* buf, size_t n);
@@ -156,69 +152,69 @@ static inline void maybe(uintptr_t a) { if (_ca_monitor_covers(a)) release((cons
 
 /* WRAP(ret, name, (params), (args), releases...): release, then call the next `name` */
 #define WRAP(ret, name, params, args, ...) \
-  ca_export ret name params { if (watching()) { __VA_ARGS__; } return NEXT(__typeof__(&name), name) args; }
+  ca_interpose ret name params { if (watching()) { __VA_ARGS__; } return NEXT(__typeof__(&name), name) args; }
 
-ca_export ssize_t read(int fd, void* buf, size_t n) { release(buf, n); return __read(fd, buf, n); }
-ca_export ssize_t write(int fd, const void* buf, size_t n) { release(buf, n); return __write(fd, buf, n); }
-ca_export ssize_t pread(int fd, void* buf, size_t n, off_t off) { release(buf, n); return __pread64(fd, buf, n, off); }
-ca_export ssize_t pread64(int fd, void* buf, size_t n, off_t off) { release(buf, n); return __pread64(fd, buf, n, off); }
-ca_export ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) { release(buf, n); return __pwrite64(fd, buf, n, off); }
-ca_export ssize_t pwrite64(int fd, const void* buf, size_t n, off_t off) { release(buf, n); return __pwrite64(fd, buf, n, off); }
-ca_export ssize_t send(int fd, const void* buf, size_t n, int flags) { release(buf, n); return __send(fd, buf, n, flags); }
+ca_interpose ssize_t read(int fd, void* buf, size_t n) { release(buf, n); return __read(fd, buf, n); }
+ca_interpose ssize_t write(int fd, const void* buf, size_t n) { release(buf, n); return __write(fd, buf, n); }
+ca_interpose ssize_t pread(int fd, void* buf, size_t n, off_t off) { release(buf, n); return __pread64(fd, buf, n, off); }
+ca_interpose ssize_t pread64(int fd, void* buf, size_t n, off_t off) { release(buf, n); return __pread64(fd, buf, n, off); }
+ca_interpose ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) { release(buf, n); return __pwrite64(fd, buf, n, off); }
+ca_interpose ssize_t pwrite64(int fd, const void* buf, size_t n, off_t off) { release(buf, n); return __pwrite64(fd, buf, n, off); }
+ca_interpose ssize_t send(int fd, const void* buf, size_t n, int flags) { release(buf, n); return __send(fd, buf, n, flags); }
 
 typedef ssize_t (*iov_fn)(int, const struct iovec*, int);
 typedef ssize_t (*piov_fn)(int, const struct iovec*, int, off_t);
-ca_export ssize_t readv(int fd, const struct iovec* v, int c) { release_iov(v, c); return NEXT(iov_fn, readv)(fd, v, c); }
-ca_export ssize_t writev(int fd, const struct iovec* v, int c) { release_iov(v, c); return NEXT(iov_fn, writev)(fd, v, c); }
-ca_export ssize_t preadv(int fd, const struct iovec* v, int c, off_t o) { release_iov(v, c); return NEXT(piov_fn, preadv)(fd, v, c, o); }
-ca_export ssize_t pwritev(int fd, const struct iovec* v, int c, off_t o) { release_iov(v, c); return NEXT(piov_fn, pwritev)(fd, v, c, o); }
+ca_interpose ssize_t readv(int fd, const struct iovec* v, int c) { release_iov(v, c); return NEXT(iov_fn, readv)(fd, v, c); }
+ca_interpose ssize_t writev(int fd, const struct iovec* v, int c) { release_iov(v, c); return NEXT(iov_fn, writev)(fd, v, c); }
+ca_interpose ssize_t preadv(int fd, const struct iovec* v, int c, off_t o) { release_iov(v, c); return NEXT(piov_fn, preadv)(fd, v, c, o); }
+ca_interpose ssize_t pwritev(int fd, const struct iovec* v, int c, off_t o) { release_iov(v, c); return NEXT(piov_fn, pwritev)(fd, v, c, o); }
 
 typedef ssize_t (*recv_fn)(int, void*, size_t, int);
 typedef ssize_t (*recvfrom_fn)(int, void*, size_t, int, struct sockaddr*, socklen_t*);
 typedef ssize_t (*sendto_fn)(int, const void*, size_t, int, const struct sockaddr*, socklen_t);
 typedef ssize_t (*msg_fn)(int, struct msghdr*, int);
 typedef ssize_t (*cmsg_fn)(int, const struct msghdr*, int);
-ca_export ssize_t recv(int fd, void* b, size_t n, int fl) { release(b, n); return NEXT(recv_fn, recv)(fd, b, n, fl); }
-ca_export ssize_t recvfrom(int fd, void* b, size_t n, int fl, struct sockaddr* a, socklen_t* al) {
+ca_interpose ssize_t recv(int fd, void* b, size_t n, int fl) { release(b, n); return NEXT(recv_fn, recv)(fd, b, n, fl); }
+ca_interpose ssize_t recvfrom(int fd, void* b, size_t n, int fl, struct sockaddr* a, socklen_t* al) {
   release(b, n); return NEXT(recvfrom_fn, recvfrom)(fd, b, n, fl, a, al);
 }
-ca_export ssize_t sendto(int fd, const void* b, size_t n, int fl, const struct sockaddr* a, socklen_t al) {
+ca_interpose ssize_t sendto(int fd, const void* b, size_t n, int fl, const struct sockaddr* a, socklen_t al) {
   release(b, n); return NEXT(sendto_fn, sendto)(fd, b, n, fl, a, al);
 }
-ca_export ssize_t recvmsg(int fd, struct msghdr* m, int fl) { release_msg(m); return NEXT(msg_fn, recvmsg)(fd, m, fl); }
-ca_export ssize_t sendmsg(int fd, const struct msghdr* m, int fl) { release_msg(m); return NEXT(cmsg_fn, sendmsg)(fd, m, fl); }
+ca_interpose ssize_t recvmsg(int fd, struct msghdr* m, int fl) { release_msg(m); return NEXT(msg_fn, recvmsg)(fd, m, fl); }
+ca_interpose ssize_t sendmsg(int fd, const struct msghdr* m, int fl) { release_msg(m); return NEXT(cmsg_fn, sendmsg)(fd, m, fl); }
 
 #undef fread_unlocked
 #undef fwrite_unlocked
 typedef size_t (*fread_fn)(void*, size_t, size_t, FILE*);
 typedef size_t (*fwrite_fn)(const void*, size_t, size_t, FILE*);
 static size_t bytes_of(size_t size, size_t count) { size_t n; return __builtin_mul_overflow(size, count, &n) ? SIZE_MAX : n; }
-ca_export size_t fread(void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fread_fn, fread)(p, s, c, f); }
-ca_export size_t fread_unlocked(void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fread_fn, fread_unlocked)(p, s, c, f); }
-ca_export size_t fwrite(const void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fwrite_fn, fwrite)(p, s, c, f); }
-ca_export size_t fwrite_unlocked(const void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fwrite_fn, fwrite_unlocked)(p, s, c, f); }
+ca_interpose size_t fread(void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fread_fn, fread)(p, s, c, f); }
+ca_interpose size_t fread_unlocked(void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fread_fn, fread_unlocked)(p, s, c, f); }
+ca_interpose size_t fwrite(const void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fwrite_fn, fwrite)(p, s, c, f); }
+ca_interpose size_t fwrite_unlocked(const void* p, size_t s, size_t c, FILE* f) { release(p, bytes_of(s, c)); return NEXT(fwrite_fn, fwrite_unlocked)(p, s, c, f); }
 
 typedef ssize_t (*read_chk_fn)(int, void*, size_t, size_t);
 typedef ssize_t (*pread_chk_fn)(int, void*, size_t, off_t, size_t);
 typedef ssize_t (*recv_chk_fn)(int, void*, size_t, size_t, int);
 typedef ssize_t (*recvfrom_chk_fn)(int, void*, size_t, size_t, int, struct sockaddr*, socklen_t*);
 typedef size_t (*fread_chk_fn)(void*, size_t, size_t, size_t, FILE*);
-ca_export ssize_t __read_chk(int fd, void* b, size_t n, size_t bl) { release(b, n); return NEXT(read_chk_fn, __read_chk)(fd, b, n, bl); }
-ca_export ssize_t __pread64_chk(int fd, void* b, size_t n, off_t o, size_t bl) { release(b, n); return NEXT(pread_chk_fn, __pread64_chk)(fd, b, n, o, bl); }
-ca_export ssize_t __recv_chk(int fd, void* b, size_t n, size_t bl, int fl) { release(b, n); return NEXT(recv_chk_fn, __recv_chk)(fd, b, n, bl, fl); }
-ca_export ssize_t __recvfrom_chk(int fd, void* b, size_t n, size_t bl, int fl, struct sockaddr* a, socklen_t* al) {
+ca_interpose ssize_t __read_chk(int fd, void* b, size_t n, size_t bl) { release(b, n); return NEXT(read_chk_fn, __read_chk)(fd, b, n, bl); }
+ca_interpose ssize_t __pread64_chk(int fd, void* b, size_t n, off_t o, size_t bl) { release(b, n); return NEXT(pread_chk_fn, __pread64_chk)(fd, b, n, o, bl); }
+ca_interpose ssize_t __recv_chk(int fd, void* b, size_t n, size_t bl, int fl) { release(b, n); return NEXT(recv_chk_fn, __recv_chk)(fd, b, n, bl, fl); }
+ca_interpose ssize_t __recvfrom_chk(int fd, void* b, size_t n, size_t bl, int fl, struct sockaddr* a, socklen_t* al) {
   release(b, n); return NEXT(recvfrom_chk_fn, __recvfrom_chk)(fd, b, n, bl, fl, a, al);
 }
-ca_export size_t __fread_chk(void* p, size_t bs, size_t s, size_t c, FILE* f) {
+ca_interpose size_t __fread_chk(void* p, size_t bs, size_t s, size_t c, FILE* f) {
   release(p, bytes_of(s, c)); return NEXT(fread_chk_fn, __fread_chk)(p, bs, s, c, f);
 }
 
 /* the program's own protection changes: raw system calls, so chromalloc's own calls (which
    also land here) never wait on the monitor */
 static int sys_result(long r) { if (r < 0) { errno = (int)-r; return -1; } return (int)r; }
-ca_export int mprotect(void* p, size_t n, int prot) { release(p, n); return sys_result(_ca_syscall6(SYS_mprotect, (long)p, (long)n, prot, 0, 0, 0)); }
-ca_export int munmap(void* p, size_t n) { release(p, n); return sys_result(_ca_syscall6(SYS_munmap, (long)p, (long)n, 0, 0, 0, 0)); }
-ca_export int madvise(void* p, size_t n, int advice) { release(p, n); return sys_result(_ca_syscall6(SYS_madvise, (long)p, (long)n, advice, 0, 0, 0)); }
+ca_interpose int mprotect(void* p, size_t n, int prot) { release(p, n); return sys_result(_ca_syscall6(SYS_mprotect, (long)p, (long)n, prot, 0, 0, 0)); }
+ca_interpose int munmap(void* p, size_t n) { release(p, n); return sys_result(_ca_syscall6(SYS_munmap, (long)p, (long)n, 0, 0, 0, 0)); }
+ca_interpose int madvise(void* p, size_t n, int advice) { release(p, n); return sys_result(_ca_syscall6(SYS_madvise, (long)p, (long)n, advice, 0, 0, 0)); }
 
 /* ---- more buffers ------------------------------------------------------------------------- */
 WRAP(ssize_t, getdents64, (int fd, void* b, size_t n), (fd, b, n), release(b, n))
@@ -243,7 +239,7 @@ WRAP(int, select, (int n, fd_set* r, fd_set* w, fd_set* x, struct timeval* t), (
 /* open and friends take a mode only with O_CREAT or O_TMPFILE */
 static mode_t mode_of(int flags, va_list ap) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0; }
 #define OPEN(name, params, args) \
-  ca_export int name params { va_list ap; va_start(ap, flags); mode_t mode = mode_of(flags, ap); va_end(ap); \
+  ca_interpose int name params { va_list ap; va_start(ap, flags); mode_t mode = mode_of(flags, ap); va_end(ap); \
     path(p); return NEXT(int (*)(), name) args; }
 OPEN(open, (const char* p, int flags, ...), (p, flags, mode))
 OPEN(open64, (const char* p, int flags, ...), (p, flags, mode))
@@ -352,13 +348,13 @@ WRAP(int, swapcontext, (ucontext_t* o, const ucontext_t* u), (o, u), small(o); c
 
 /* ---- more vectors ------------------------------------------------------------------------- */
 typedef ssize_t (*piov2_fn)(int, const struct iovec*, int, off_t, int);
-ca_export ssize_t preadv2(int fd, const struct iovec* v, int c, off_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, preadv2)(fd, v, c, o, fl); }
-ca_export ssize_t pwritev2(int fd, const struct iovec* v, int c, off_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, pwritev2)(fd, v, c, o, fl); }
+ca_interpose ssize_t preadv2(int fd, const struct iovec* v, int c, off_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, preadv2)(fd, v, c, o, fl); }
+ca_interpose ssize_t pwritev2(int fd, const struct iovec* v, int c, off_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, pwritev2)(fd, v, c, o, fl); }
 /* the names a program built with _FILE_OFFSET_BITS=64 calls (python3's os.preadv read 16 KiB of 2 MiB) */
-ca_export ssize_t preadv64(int fd, const struct iovec* v, int c, off64_t o) { release_iov(v, c); return NEXT(piov_fn, preadv64)(fd, v, c, o); }
-ca_export ssize_t pwritev64(int fd, const struct iovec* v, int c, off64_t o) { release_iov(v, c); return NEXT(piov_fn, pwritev64)(fd, v, c, o); }
-ca_export ssize_t preadv64v2(int fd, const struct iovec* v, int c, off64_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, preadv64v2)(fd, v, c, o, fl); }
-ca_export ssize_t pwritev64v2(int fd, const struct iovec* v, int c, off64_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, pwritev64v2)(fd, v, c, o, fl); }
+ca_interpose ssize_t preadv64(int fd, const struct iovec* v, int c, off64_t o) { release_iov(v, c); return NEXT(piov_fn, preadv64)(fd, v, c, o); }
+ca_interpose ssize_t pwritev64(int fd, const struct iovec* v, int c, off64_t o) { release_iov(v, c); return NEXT(piov_fn, pwritev64)(fd, v, c, o); }
+ca_interpose ssize_t preadv64v2(int fd, const struct iovec* v, int c, off64_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, preadv64v2)(fd, v, c, o, fl); }
+ca_interpose ssize_t pwritev64v2(int fd, const struct iovec* v, int c, off64_t o, int fl) { release_iov(v, c); return NEXT(piov2_fn, pwritev64v2)(fd, v, c, o, fl); }
 WRAP(ssize_t, vmsplice, (int fd, const struct iovec* v, size_t c, unsigned fl), (fd, v, c, fl), release_iov(v, (int)c))
 /* the remote vector is ours too when the process names itself */
 #define VM_IOV(l, lc, r, rc, pid) release_iov(l, (int)(lc)); if ((pid) == getpid()) release_iov(r, (int)(rc))
@@ -474,10 +470,10 @@ static int clock_call(clock_fn f, long nr, clockid_t c, struct timespec* t) {
   if (ca_unlikely(f == NULL)) return sys_result(_ca_syscall6(nr, c, (long)t, 0, 0, 0, 0));
   return RETRY(f(c, t), small(t));
 }
-ca_export int clock_gettime(clockid_t c, struct timespec* t) { return clock_call(real_gettime, SYS_clock_gettime, c, t); }
-ca_export int clock_getres(clockid_t c, struct timespec* t) { return clock_call(real_getres, SYS_clock_getres, c, t); }
+ca_interpose int clock_gettime(clockid_t c, struct timespec* t) { return clock_call(real_gettime, SYS_clock_gettime, c, t); }
+ca_interpose int clock_getres(clockid_t c, struct timespec* t) { return clock_call(real_getres, SYS_clock_getres, c, t); }
 #define FCNTL(name) \
-  ca_export int name(int fd, int cmd, ...) { \
+  ca_interpose int name(int fd, int cmd, ...) { \
     va_list ap; va_start(ap, cmd); unsigned long a = va_arg(ap, unsigned long); va_end(ap); \
     return RETRY(NEXT(int (*)(int, int, ...), name)(fd, cmd, a), small((const void*)a)); }
 FCNTL(fcntl)
@@ -485,7 +481,7 @@ FCNTL(fcntl64)
 
 /* semctl's fourth argument is a union (a number, or a structure or array the kernel reads or
    fills) */
-ca_export int semctl(int id, int num, int cmd, ...) {
+ca_interpose int semctl(int id, int num, int cmd, ...) {
   va_list ap;
   va_start(ap, cmd);
   unsigned long a = va_arg(ap, unsigned long);
@@ -494,7 +490,7 @@ ca_export int semctl(int id, int num, int cmd, ...) {
   return NEXT(int (*)(int, int, int, ...), semctl)(id, num, cmd, a);
 }
 /* prctl says nothing of its arguments either (PR_SET_NAME, PR_GET_NAME take a string): as ioctl */
-ca_export int prctl(int op, ...) {
+ca_interpose int prctl(int op, ...) {
   va_list ap;
   va_start(ap, op);
   unsigned long a[4];
@@ -534,19 +530,19 @@ WRAP(FILE*, popen, (const char* c, const char* m), (c, m), string(c); small(m); 
   for (size_t i_ = 0; i_ < count_; i_++) v[i_] = i_ == 0 ? (char*)(first) : va_arg(ap, char*); \
   v[count_] = NULL; \
   (void)va_arg(ap, char*)                        /* the NULL: execle's environment follows it */
-ca_export int execl(const char* p, const char* a, ...) {
+ca_interpose int execl(const char* p, const char* a, ...) {
   va_list ap; va_start(ap, a);
   ARGV(v, a, ap);
   va_end(ap);
   return execve(p, v, environ);
 }
-ca_export int execlp(const char* f, const char* a, ...) {
+ca_interpose int execlp(const char* f, const char* a, ...) {
   va_list ap; va_start(ap, a);
   ARGV(v, a, ap);
   va_end(ap);
   return execvp(f, v);
 }
-ca_export int execle(const char* p, const char* a, ...) {
+ca_interpose int execle(const char* p, const char* a, ...) {
   va_list ap; va_start(ap, a);
   ARGV(v, a, ap);
   char* const* env = va_arg(ap, char* const*);
@@ -605,19 +601,19 @@ int __fprintf_chk(FILE* f, int flag, const char* fmt, ...);
 int __dprintf_chk(int fd, int flag, const char* fmt, ...);
 /* PRINTF(name, params, last, call): the variadic form, through the next v-form */
 #define PRINTF(name, params, last, call) \
-  ca_export int name params { va_list ap; va_start(ap, last); printed_args(fmt, ap); int r_ = call; va_end(ap); return r_; }
+  ca_interpose int name params { va_list ap; va_start(ap, last); printed_args(fmt, ap); int r_ = call; va_end(ap); return r_; }
 PRINTF(printf, (const char* fmt, ...), fmt, NEXT(vfprintf_fn, vfprintf)(stdout, fmt, ap))
 PRINTF(fprintf, (FILE* f, const char* fmt, ...), fmt, NEXT(vfprintf_fn, vfprintf)(f, fmt, ap))
 PRINTF(dprintf, (int fd, const char* fmt, ...), fmt, NEXT(vdprintf_fn, vdprintf)(fd, fmt, ap))
 PRINTF(__printf_chk, (int flag, const char* fmt, ...), fmt, NEXT(vfprintf_chk_fn, __vfprintf_chk)(stdout, flag, fmt, ap))
 PRINTF(__fprintf_chk, (FILE* f, int flag, const char* fmt, ...), fmt, NEXT(vfprintf_chk_fn, __vfprintf_chk)(f, flag, fmt, ap))
 PRINTF(__dprintf_chk, (int fd, int flag, const char* fmt, ...), fmt, NEXT(vdprintf_chk_fn, __vdprintf_chk)(fd, flag, fmt, ap))
-ca_export int vprintf(const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_fn, vfprintf)(stdout, fmt, ap); }
-ca_export int vfprintf(FILE* f, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_fn, vfprintf)(f, fmt, ap); }
-ca_export int vdprintf(int fd, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vdprintf_fn, vdprintf)(fd, fmt, ap); }
-ca_export int __vprintf_chk(int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_chk_fn, __vfprintf_chk)(stdout, flag, fmt, ap); }
-ca_export int __vfprintf_chk(FILE* f, int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_chk_fn, __vfprintf_chk)(f, flag, fmt, ap); }
-ca_export int __vdprintf_chk(int fd, int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vdprintf_chk_fn, __vdprintf_chk)(fd, flag, fmt, ap); }
+ca_interpose int vprintf(const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_fn, vfprintf)(stdout, fmt, ap); }
+ca_interpose int vfprintf(FILE* f, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_fn, vfprintf)(f, fmt, ap); }
+ca_interpose int vdprintf(int fd, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vdprintf_fn, vdprintf)(fd, fmt, ap); }
+ca_interpose int __vprintf_chk(int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_chk_fn, __vfprintf_chk)(stdout, flag, fmt, ap); }
+ca_interpose int __vfprintf_chk(FILE* f, int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vfprintf_chk_fn, __vfprintf_chk)(f, flag, fmt, ap); }
+ca_interpose int __vdprintf_chk(int fd, int flag, const char* fmt, va_list ap) { printed_args(fmt, ap); return NEXT(vdprintf_chk_fn, __vdprintf_chk)(fd, flag, fmt, ap); }
 
 /* The err/warn family, perror, psignal and psiginfo: glibc prints them to stderr through its
    own vfprintf, not through the wrappers above, and to a stderr the program made buffered a long
@@ -627,18 +623,18 @@ ca_export int __vdprintf_chk(int fd, int flag, const char* fmt, va_list ap) { pr
    v-forms here. */
 typedef void (*vwarn_fn)(const char*, va_list);
 typedef void (*verr_fn)(int, const char*, va_list);
-ca_export void vwarn(const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(vwarn_fn, vwarn)(fmt, ap); }
-ca_export void vwarnx(const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(vwarn_fn, vwarnx)(fmt, ap); }
-ca_export void verr(int st, const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(verr_fn, verr)(st, fmt, ap); __builtin_unreachable(); }
-ca_export void verrx(int st, const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(verr_fn, verrx)(st, fmt, ap); __builtin_unreachable(); }
-ca_export void warn(const char* fmt, ...) { va_list ap; va_start(ap, fmt); vwarn(fmt, ap); va_end(ap); }
-ca_export void warnx(const char* fmt, ...) { va_list ap; va_start(ap, fmt); vwarnx(fmt, ap); va_end(ap); }
-ca_export void err(int st, const char* fmt, ...) { va_list ap; va_start(ap, fmt); verr(st, fmt, ap); }
-ca_export void errx(int st, const char* fmt, ...) { va_list ap; va_start(ap, fmt); verrx(st, fmt, ap); }
+ca_interpose void vwarn(const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(vwarn_fn, vwarn)(fmt, ap); }
+ca_interpose void vwarnx(const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(vwarn_fn, vwarnx)(fmt, ap); }
+ca_interpose void verr(int st, const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(verr_fn, verr)(st, fmt, ap); __builtin_unreachable(); }
+ca_interpose void verrx(int st, const char* fmt, va_list ap) { printed_args(fmt, ap); NEXT(verr_fn, verrx)(st, fmt, ap); __builtin_unreachable(); }
+ca_interpose void warn(const char* fmt, ...) { va_list ap; va_start(ap, fmt); vwarn(fmt, ap); va_end(ap); }
+ca_interpose void warnx(const char* fmt, ...) { va_list ap; va_start(ap, fmt); vwarnx(fmt, ap); va_end(ap); }
+ca_interpose void err(int st, const char* fmt, ...) { va_list ap; va_start(ap, fmt); verr(st, fmt, ap); }
+ca_interpose void errx(int st, const char* fmt, ...) { va_list ap; va_start(ap, fmt); verrx(st, fmt, ap); }
 static inline void printed_one(const char* s) { if (_ca_monitor_active()) printed(s); }
-ca_export void perror(const char* s) { printed_one(s); NEXT(__typeof__(&perror), perror)(s); }
-ca_export void psignal(int sig, const char* s) { printed_one(s); NEXT(__typeof__(&psignal), psignal)(sig, s); }
-ca_export void psiginfo(const siginfo_t* info, const char* s) { printed_one(s); NEXT(__typeof__(&psiginfo), psiginfo)(info, s); }
+ca_interpose void perror(const char* s) { printed_one(s); NEXT(__typeof__(&perror), perror)(s); }
+ca_interpose void psignal(int sig, const char* s) { printed_one(s); NEXT(__typeof__(&psignal), psignal)(sig, s); }
+ca_interpose void psiginfo(const siginfo_t* info, const char* s) { printed_one(s); NEXT(__typeof__(&psiginfo), psiginfo)(info, s); }
 
 /* error and error_at_line have no v-form in glibc to forward to: the message is formatted here,
    on the stack (on the heap when longer than 1 KiB; its first 1023 bytes when there is no memory
@@ -657,7 +653,7 @@ static char* message(char* buf, size_t cap, const char* fmt, va_list ap) {
   errno = e;
   return heap;
 }
-ca_export void error(int st, int errnum, const char* fmt, ...) {
+ca_interpose void error(int st, int errnum, const char* fmt, ...) {
   char buf[1024];
   va_list ap; va_start(ap, fmt);
   char* heap = message(buf, sizeof buf, fmt, ap);
@@ -665,7 +661,7 @@ ca_export void error(int st, int errnum, const char* fmt, ...) {
   NEXT(__typeof__(&error), error)(st, errnum, "%s", heap != NULL ? heap : buf);
   free(heap);
 }
-ca_export void error_at_line(int st, int errnum, const char* file, unsigned line, const char* fmt, ...) {
+ca_interpose void error_at_line(int st, int errnum, const char* file, unsigned line, const char* fmt, ...) {
   char buf[1024];
   va_list ap; va_start(ap, fmt);
   char* heap = message(buf, sizeof buf, fmt, ap);
@@ -684,7 +680,7 @@ static inline void word(const void* p, size_t n) {
   if (ca_unlikely(atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0)) _ca_monitor_release(p, n);
 }
 #define SYNC(name, params, args, ...) \
-  ca_export int name params { __VA_ARGS__; return NEXT(int (*) params, name) args; }
+  ca_interpose int name params { __VA_ARGS__; return NEXT(int (*) params, name) args; }
 SYNC(pthread_mutex_lock, (pthread_mutex_t* m), (m), word(m, sizeof *m))
 SYNC(pthread_mutex_unlock, (pthread_mutex_t* m), (m), word(m, sizeof *m))
 SYNC(pthread_mutex_timedlock, (pthread_mutex_t* m, const struct timespec* t), (m, t), word(m, sizeof *m))
@@ -725,14 +721,14 @@ static void async_io_begins(void) {
   _ca_protect_stop();
 }
 #define ASYNC(ret, name, params, args) \
-  ca_export ret name params { async_io_begins(); ret (*f_) params = NEXT(ret (*) params, name); return f_ != NULL ? f_ args : -ENOSYS; }
+  ca_interpose ret name params { async_io_begins(); ret (*f_) params = NEXT(ret (*) params, name); return f_ != NULL ? f_ args : -ENOSYS; }
 ASYNC(int, io_setup, (unsigned n, void** ctx), (n, ctx))
 ASYNC(int, io_queue_init, (int n, void** ctx), (n, ctx))
 ASYNC(int, io_uring_setup, (unsigned n, void* params), (n, params))
 ASYNC(int, io_uring_queue_init, (unsigned n, void* ring, unsigned fl), (n, ring, fl))
 ASYNC(int, io_uring_queue_init_params, (unsigned n, void* ring, void* params), (n, ring, params))
 #define POSIX_AIO(name, params, args) \
-  ca_export int name params { async_io_begins(); return NEXT(int (*) params, name) args; }
+  ca_interpose int name params { async_io_begins(); return NEXT(int (*) params, name) args; }
 POSIX_AIO(aio_read, (struct aiocb* cb), (cb))
 POSIX_AIO(aio_write, (struct aiocb* cb), (cb))
 POSIX_AIO(aio_read64, (struct aiocb64* cb), (cb))
@@ -742,7 +738,7 @@ POSIX_AIO(lio_listio64, (int mode, struct aiocb64* const list[], int n, struct s
 
 /* ioctl and syscall() say nothing of their arguments: every one that points into a monitored
    chunk releases the rest of that chunk */
-ca_export int ioctl(int fd, unsigned long req, ...) {
+ca_interpose int ioctl(int fd, unsigned long req, ...) {
   va_list ap;
   va_start(ap, req);
   uintptr_t arg = va_arg(ap, uintptr_t);
@@ -751,7 +747,7 @@ ca_export int ioctl(int fd, unsigned long req, ...) {
   return NEXT(int (*)(int, unsigned long, ...), ioctl)(fd, req, arg);
 }
 
-ca_export long syscall(long nr, ...) {
+ca_interpose long syscall(long nr, ...) {
   va_list ap;
   va_start(ap, nr);
   long a[6];

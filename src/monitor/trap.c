@@ -157,10 +157,10 @@ static int set_mask(int how, const sigset_t* set, sigset_t* old) {
   return 0;
 }
 
-__attribute__((visibility("default")))
+ca_interpose
 int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) { return set_mask(how, set, old); }
 
-__attribute__((visibility("default")))
+ca_interpose
 int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
   int e = set_mask(how, set, old);
   if (e == 0) return 0;
@@ -180,7 +180,7 @@ void _ca_trap_quiet_thread(void) {
 
 /* ---- interposed: the program's handlers are chained, ours stays installed -------------------- */
 
-__attribute__((visibility("default")))
+ca_interpose
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
   int s = slot(sig);
   if (s >= 0 && atomic_load_explicit(&installed, ca_acquire)) {
@@ -229,7 +229,7 @@ static sighandler_t glibc(signal_fn g, int sig, sighandler_t fn) {
 }
 
 #define SIGNAL_LIKE(name, flags, mask_self) \
-  __attribute__((visibility("default"))) sighandler_t name(int sig, sighandler_t fn) { \
+  ca_interpose sighandler_t name(int sig, sighandler_t fn) { \
     return ours(sig) ? set_handler(sig, fn, flags, mask_self) : glibc(NEXT(signal_fn, name), sig, fn); \
   }
 SIGNAL_LIKE(signal, SA_RESTART, true)
@@ -239,7 +239,7 @@ SIGNAL_LIKE(sysv_signal, SA_RESETHAND | SA_NODEFER, false)
 
 /* sigset(): SIG_HOLD would block the signal, which these two never are (see above): the
    handler stays and the previous one is returned */
-__attribute__((visibility("default"))) sighandler_t sigset(int sig, sighandler_t fn) {
+ca_interpose sighandler_t sigset(int sig, sighandler_t fn) {
   if (!ours(sig)) return glibc(NEXT(signal_fn, sigset), sig, fn);
   if (fn != SIG_HOLD) return set_handler(sig, fn, 0, false);
   struct sigaction old;

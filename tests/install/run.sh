@@ -11,13 +11,13 @@ make -s -C "$root" install PREFIX="$prefix" >/dev/null
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cc -o "$tmp/hello_pc" "$root/tests/install/hello.c" $(pkg-config --cflags --libs chromalloc) -Wl,-rpath,"$prefix/lib"
 out=$("$tmp/hello_pc")
-[[ $out == "hello from chromalloc "*": stats ok, own error" ]] || { echo "FAIL pkg-config build: $out"; exit 1; }
+[[ $out == "hello from chromalloc "*": stats ok, own error, own sigset" ]] || { echo "FAIL pkg-config build: $out"; exit 1; }
 echo "PASS pkg-config: $out"
 cmake -S "$root/tests/install" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_RPATH="$prefix/lib" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
 for t in hello_shared hello_static; do
   out=$("$tmp/cm/$t")
-  [[ $out == "hello from chromalloc "*": stats ok, own error" ]] || { echo "FAIL cmake $t: $out"; exit 1; }
+  [[ $out == "hello from chromalloc "*": stats ok, own error, own sigset" ]] || { echo "FAIL cmake $t: $out"; exit 1; }
   echo "PASS cmake $t"
 done
 out=$(CHROMALLOC_LIB= "$prefix/bin/chromalloc" run --report -- /bin/true 2>&1)
