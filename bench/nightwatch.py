@@ -21,7 +21,8 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
               to back, in an order rotated by one place per repetition.  neutral and victims
               then run 3 more chromalloc-on / chromalloc-off pairs per repetition (which goes
               first alternates): their 2% target is below this host's run-to-run noise, and
-              their slowdown is the median of the per-pair ratios over all pairs.
+              their slowdown is the median of the per-pair ratios over all pairs (with its 90%
+              bootstrap interval: what this many pairs can tell on the host's noise).
   corun       pv polluter on CPU 0 and pv victim on CPU 1 at the same time (taskset), under
               glibc, chromalloc-off and chromalloc-on, and the victim alone; --reps times.  The
               victim starts once the polluter has streamed 20 buffers and, under the policy,
@@ -65,6 +66,7 @@ import csv
 import hashlib
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -114,13 +116,29 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def paired(runs, w, a, b, k="total_s"):
-    """median over the reps run under both configurations a and b of a's value / b's"""
+def pair_ratios(runs, w, a, b, k="total_s"):
+    """a's value / b's for each rep run under both configurations a and b"""
     by = {}
     for r in runs:
         if r.workload == w and r.ok and r.config in (a, b) and getattr(r, k) is not None:
             by.setdefault(r.rep, {})[r.config] = getattr(r, k)
-    return median([v[a] / v[b] for v in by.values() if a in v and b in v and v[b]])
+    return [v[a] / v[b] for v in by.values() if a in v and b in v and v[b]]
+
+
+def paired(runs, w, a, b, k="total_s"):
+    """median over the reps run under both configurations a and b of a's value / b's"""
+    return median(pair_ratios(runs, w, a, b, k))
+
+
+def median_interval(xs, level=0.9, resamples=2000):
+    """bootstrap interval of the median of xs (fixed seed: the same runs give the same interval):
+    how far the median of this many pairs moves on this host's noise alone"""
+    if len(xs) < 5:
+        return None
+    rng = random.Random(1)
+    meds = sorted(median(rng.choices(xs, k=len(xs))) for _ in range(resamples))
+    tail = (1 - level) / 2
+    return meds[int(tail * resamples)], meds[int((1 - tail) * resamples) - 1]
 
 
 def fmt(x, spec=".3f", none="n/a"):
@@ -785,6 +803,10 @@ def summarise(runs, corun, found, instr, cfg_names):
              "speedup_on_vs_mimalloc": ratio(mi, on),
              "slowdown_total_on_vs_off": paired(runs, w, "chromalloc-on", "chromalloc-off") if w in CLEAN else
                                          ratio(get(w, "chromalloc-on", "total_s"), get(w, "chromalloc-off", "total_s")),
+             # the per-pair ratios of the no-polluter workloads spread by +-10-20% on a loud
+             # host: the median's 90% bootstrap interval says what a 2% target can tell there
+             "slowdown_total_on_vs_off_interval90": median_interval(pair_ratios(runs, w, "chromalloc-on", "chromalloc-off"))
+                                                    if w in CLEAN else None,
              "slowdown_victim_on_vs_off": ratio(on, off),
              "slowdown_wall_on_vs_off": ratio(get(w, "chromalloc-on", "wall_s"), get(w, "chromalloc-off", "wall_s")),
              "monitor_total_vs_off": ratio(get(w, "chromalloc-monitor", "total_s"), get(w, "chromalloc-off", "total_s"))}
@@ -883,9 +905,11 @@ def targets(wl, ratios, fd, found_ran, instr_ran, runs):
               fmt(gm) + "  [" + ", ".join(f"{w} {fmt(v)}" for w, v in zip(POLLUTED, vals)) + "]"))
     for w in CLEAN:
         v = ratios.get(w, {}).get("slowdown_total_on_vs_off")
+        iv = ratios.get(w, {}).get("slowdown_total_on_vs_off_interval90")
         t.append((f"{w}: time on / off <= {TARGETS['slowdown']} (workload loop, in-program; median of per-pair ratios)",
                   verdict(v, TARGETS["slowdown"], False, ran(w, "chromalloc-on", "chromalloc-off")),
-                  fmt(v, ".4f") + "  [" + clean_policy_text(runs, w) + "]"))
+                  fmt(v, ".4f") + (f" (90% interval of the median {iv[0]:.3f}-{iv[1]:.3f})" if iv else "")
+                  + "  [" + clean_policy_text(runs, w) + "]"))
     name = (f"foundation ({', '.join(FOUNDATION)}): geomean wall time on / off <= {TARGETS['overhead']} "
             f"(median of per-rep ratios; control: nightwatch=0 / nightwatch=0)")
     if not found_ran:
