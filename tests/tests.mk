@@ -70,6 +70,13 @@ test-colour-off: lib $(TEST_BIN)/test_colour_api-plain
 	CHROMALLOC_PROFILE=$(abspath $(TEST_BIN))/unusable-profile.json LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain disabled 2>&1 \
 	  | tee $(TEST_BIN)/colour-off.log; grep -q "chromalloc: cache colours cannot be controlled here (test: not controllable)" $(TEST_BIN)/colour-off.log
 
+# colour_worker: the worker keeps within its share of a CPU while it stocks a big pool.
+.PHONY: test-colour-pace
+test-colour-pace: lib $(TEST_BIN)/test_colour_api-plain
+	CHROMALLOC_OPTIONS=colour_worker=10,colour_pool=64 LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain pace
+
+test: test-colour-pace
+
 # NightWatch starts the colour layer only after nightwatch_delay: a polluter before it leaves
 # the layer off.
 .PHONY: test-delay

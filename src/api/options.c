@@ -35,6 +35,10 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "either end of the L2 reserves that slice as a pollute buffer "
                              "(chromalloc_colours_reserve): ordinary memory recorded since start-up is "
                              "moved out of its colours; 0: only an explicit call reserves" },
+  [CA_OPT_COLOUR_WORKER] = { "colour_worker", 100, 1, 100, NULL,
+                             "percent of one CPU the colour layer's worker may take on average once the "
+                             "layer is ready (after one second's allowance; not while "
+                             "chromalloc_colours_prepare waits): less CPU, slower stocking; 100: no limit" },
   [CA_OPT_PURGE_DELAY]   = { "purge_delay", 10, -1, 3600000, NULL,
                              "ms before free memory is returned to the OS (0 at once, -1 never)" },
   [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 32, 0, 65536, NULL,

@@ -214,6 +214,7 @@ void  _ca_colour_reserve_first(int id);    /* a coloured allocation from set id:
 typedef enum { CA_STOCK_OK, CA_STOCK_SLOW, CA_STOCK_STARVED } ca_stock_progress_t;
 ca_stock_progress_t _ca_colour_progress(size_t classified, size_t taken);   /* a stretch of stocking */
 uint64_t _ca_colour_backoff(uint64_t ms, bool bad);   /* the worker's next sleep after a round */
+uint64_t _ca_colour_pace_ns(uint64_t cpu_ns, uint64_t wall_ns, uint32_t pct);   /* colour_worker's sleep */
 bool     _ca_colour_suspect(bool* suspected, bool bad, bool judged_ok);   /* drop the sets now? */
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */

@@ -65,6 +65,10 @@ static struct {
   uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
   uint64_t          recolours, recolour_ns;
   uint64_t          start_ns, probe_ns, discover_ns, estimate_ns, ready_ns;  /* start-up phases */
+  uint64_t          pace_from_ns, pace_cpu_ns;  /* when this process's worker was first ready, and
+                                        its CPU time then (0: not yet; reset in a fork child) */
+  uint64_t          paced_ns;        /* the worker's sleeps to keep within colour_worker */
+  _Atomic(uint32_t) preparing;       /* threads in chromalloc_colours_prepare */
   uint32_t          estimated, estimate_chunks;  /* the colour count the pages gave; chunks used */
   uint32_t          probe_remeasured;            /* the probe measured again for a second estimate */
   ca_discovery_stats_t disc;         /* eviction-set searches, all of them */
@@ -781,6 +785,33 @@ static uint64_t worker_cpu_ns(void) {
   return atomic_load(&L.worker_alive) && _ca_clock_read_ns(L.worker_clock, &ns) ? ns : L.worker_cpu_ns;
 }
 
+/* The worker's pace (option colour_worker, percent of one CPU): once the layer is ready, its
+   CPU time since then stays within that share of the wall time since then plus a second's
+   allowance, by sleeping between supply chunks (not while a program thread waits in
+   chromalloc_colours_prepare: it asked for the stock).  At 100% it never sleeps: the pool of a
+   1/8 slice, of which a page classified here is about 1 in 30, kept it classifying for as
+   long as the process ran.  The sleep due after `cpu` ns of CPU time in `wall` ns, at most a
+   second at a time: */
+#define PACE_ALLOWANCE_NS 1000000000ull
+uint64_t _ca_colour_pace_ns(uint64_t cpu, uint64_t wall, uint32_t pct) {
+  if (pct >= 100 || pct == 0 || cpu <= PACE_ALLOWANCE_NS) return 0;
+  uint64_t due = (cpu - PACE_ALLOWANCE_NS) * 100 / pct;      /* wall time this CPU time needs */
+  if (due <= wall) return 0;
+  return due - wall > 1000000000ull ? 1000000000ull : due - wall;
+}
+
+static void pace(void) {
+  if (L.pace_from_ns == 0 || atomic_load(&L.preparing) > 0) return;
+  uint64_t ns = _ca_colour_pace_ns(worker_cpu_ns() - L.pace_cpu_ns, _ca_clock_ns() - L.pace_from_ns,
+                                   (uint32_t)_ca_opt(CA_OPT_COLOUR_WORKER));
+  if (ns == 0) return;
+  uint64_t t = _ca_clock_ns();
+  pthread_mutex_lock(&L.wake_lock);
+  wait_wake(ns / 1000000 + 1);                  /* a prepare or a new set wakes it */
+  pthread_mutex_unlock(&L.wake_lock);
+  L.paced_ns += _ca_clock_ns() - t;
+}
+
 static void* worker_main(void* arg) {
   if (pthread_getcpuclockid(pthread_self(), &L.worker_clock) == 0) atomic_store(&L.worker_alive, true);
   worker((int)(intptr_t)arg);
@@ -829,6 +860,7 @@ static void worker(int here) {
     L.failures_in_row = 0;
     if (!L.src.trimmed) _ca_page_source_trim(&L.src);   /* 16 MiB of calibration pages */
     if (L.ready_ns == 0) { L.ready_ns = _ca_clock_ns() - L.start_ns; L.reason[0] = 0; }
+    if (L.pace_from_ns == 0) { L.pace_from_ns = _ca_clock_ns(); L.pace_cpu_ns = worker_cpu_ns(); }
     atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);
     /* stock the pools, a batch at a time, each batch in a quiet window and bracketed by a check
        that the sets still work; a batch measured in a noisy moment is thrown away.  Pages no set
@@ -939,6 +971,7 @@ static void worker(int here) {
          other colours allows (64 per chunk of 512 pages classified: pv packets' 606 pages
          were done by frame 850-900, by 400-500 now, the victim slower until then) */
       protect_some(SIZE_MAX);
+      pace();
     }
     release_rejected(&rejected);
     if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
@@ -1015,6 +1048,8 @@ static void fork_child(void) {
   _ca_recolour_fork_release();
   for (int i = 1; i <= CA_COLOUR_SETS; i++) L.sets[i].pool.count = 0;
   L.worker_running = false;
+  L.pace_from_ns = L.pace_cpu_ns = 0;           /* a new worker, on its own clock */
+  atomic_store(&L.preparing, 0);                /* the threads waiting there are the parent's */
   _ca_protect_fork_child();
   if (atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY)
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
@@ -1126,21 +1161,25 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
   _ca_lock(&L.lock);
   if (L.sets[id].target < pages) L.sets[id].target = pages;
   _ca_unlock(&L.lock);
+  atomic_fetch_add(&L.preparing, 1);
   wake_worker();
   uint64_t deadline = _ca_clock_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+  int r;
   for (;;) {
     int st = atomic_load_explicit(&L.state, ca_acquire);
-    if (st == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
+    if (st == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; r = -1; break; }
     _ca_lock(&L.lock);
     ca_page_pool_t* pool = vouched_pool(id);
     size_t have = pool != NULL ? pool->count : 0;
     _ca_unlock(&L.lock);
-    if (st == CA_COLOURS_READY && have >= pages) return 0;
-    if (_ca_clock_ms() >= deadline) { errno = ETIMEDOUT; return -1; }
+    if (st == CA_COLOURS_READY && have >= pages) { r = 0; break; }
+    if (_ca_clock_ms() >= deadline) { errno = ETIMEDOUT; r = -1; break; }
     pthread_mutex_lock(&L.wake_lock);
     wait_wake(50);
     pthread_mutex_unlock(&L.wake_lock);
   }
+  atomic_fetch_sub(&L.preparing, 1);
+  return r;
 }
 
 /* Hold the calling thread on its CPU while it measures (not the worker's, when there is
@@ -1226,6 +1265,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, ",\"estimate_ms\":"); ca_buf_u64(b, L.estimate_ns / 1000000);
   ca_buf_str(b, ",\"ready_ms\":"); ca_buf_u64(b, L.ready_ns / 1000000);
   ca_buf_str(b, ",\"worker_cpu_ms\":"); ca_buf_u64(b, worker_cpu_ns() / 1000000);
+  ca_buf_str(b, ",\"worker_paced_ms\":"); ca_buf_u64(b, L.paced_ns / 1000000);
   ca_buf_str(b, ",\"set_builds\":"); ca_buf_u64(b, L.disc.set_builds);
   ca_buf_str(b, ",\"set_build_failures\":"); ca_buf_u64(b, L.disc.set_failures);
   ca_buf_str(b, ",\"set_build_ms\":"); ca_buf_u64(b, L.disc.set_build_ns / 1000000);

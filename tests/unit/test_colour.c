@@ -663,6 +663,14 @@ static void test_stock_progress(void) {
   CHECK_EQ(seen[6], 30000);                                 /* 32 s capped */
   CHECK_EQ(seen[7], 30000);
   CHECK_EQ(_ca_colour_backoff(ms, false), 0);
+  /* colour_worker: CPU time since ready within pct% of the wall time, after a second's allowance */
+  const uint64_t S = 1000000000ull;
+  CHECK_EQ(_ca_colour_pace_ns(10 * S, S, 100), 0);          /* 100: no limit */
+  CHECK_EQ(_ca_colour_pace_ns(S, S / 2, 25), 0);            /* within the allowance */
+  CHECK_EQ(_ca_colour_pace_ns(S + S / 2, 2 * S + S / 2, 25), 0);   /* 0.5 s of CPU in 2.5 s: under 25% */
+  CHECK_EQ(_ca_colour_pace_ns(S + S / 2, S + S / 2, 25), S / 2);   /* ... in 1.5 s: 0.5 s more */
+  CHECK_EQ(_ca_colour_pace_ns(3 * S, S, 25), S);            /* 8 s due: a second at a time */
+  CHECK_EQ(_ca_colour_pace_ns(S + S / 10, 0, 10), S);       /* 0.1 s of CPU at 10%: 1 s */
   /* the sets go at the second bad judgement in a row, not at the first, nor after a good one */
   bool suspected = false;
   CHECK(!_ca_colour_suspect(&suspected, true, false));

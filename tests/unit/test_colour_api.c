@@ -156,6 +156,25 @@ static void recolour_fork(int set) {
   free(rbuf);
 }
 
+/* colour_worker=10 (make test-colour-pace): once the layer is ready and nobody waits in
+   chromalloc_colours_prepare, the worker stocking a 64 MiB pool (tens of seconds of work here)
+   sleeps to keep within 10% of a CPU; over 3 s after its first sleep it may use 0.3 s, plus up
+   to a second for the supply chunk between two sleeps, where unpaced it used about 3 s. */
+static void paced(int set) {
+  if (chromalloc_colours_prepare(set, 4096, 60000) != 0) {
+    fprintf(stderr, "test_colour_api: colours not available here (errno %d): pace not checked\n", errno);
+    return;
+  }
+  long long paced = 0;
+  for (int i = 0; i < 300 && (paced = stats_value("colours", "worker_paced_ms")) <= 0; i++) usleep(100000);
+  CHECK(paced > 0);
+  long long cpu0 = stats_value("colours", "worker_cpu_ms");
+  sleep(3);
+  long long cpu = stats_value("colours", "worker_cpu_ms") - cpu0;
+  fprintf(stderr, "test_colour_api pace: worker CPU %lld ms in 3 s (paced %lld ms before)\n", cpu, paced);
+  CHECK(cpu >= 0 && cpu <= 1300);
+}
+
 int main(int argc, char** argv) {
   require_chromalloc("test_colour_api");
   if (chromalloc_colours == NULL || chromalloc_malloc_coloured == NULL || chromalloc_recolour == NULL || chromalloc_colours_reserve == NULL) {
@@ -181,6 +200,10 @@ int main(int argc, char** argv) {
     return check_done("test_colour_api (colours unavailable)");
   }
   CHECK(set >= 1);
+  if (strcmp(mode, "pace") == 0) {
+    paced(set);
+    return check_done("test_colour_api (pace)");
+  }
   CHECK_EQ(chromalloc_colours(0, 0, 1, 8), set);          /* the same slice, the same set */
   use(set);                                               /* before any stock: ordinary memory */
   if (chromalloc_colours_prepare(set, 1u << 20, 60000) != 0) {
