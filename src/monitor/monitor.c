@@ -191,6 +191,8 @@ static struct {
   uint64_t       fruitless_groups;
   _Atomic(uint64_t) cost_ns;          /* page protection and fault handling, all threads */
   _Atomic(uint64_t) traced;           /* looks that found the process traced (no new traps) */
+  _Atomic(uint64_t) maps_looks, maps_ns;   /* scans of /proc/self/maps for async I/O rings */
+  _Atomic(bool)  async_by_maps;       /* ... one found them */
   _Atomic(uint64_t) sampled;          /* pages sampled so far */
   /* the PMU method */
   bool           use_pmu, fed;        /* judge by PMU samples; fed: samples come from tests */
@@ -727,6 +729,8 @@ static void open_ring(void) {
 
 void _ca_monitor_use_samples(void) { M.use_pmu = M.fed = true; }
 
+static bool async_mapped(void);
+
 static void* thread_main(void* arg) {
   (void)arg;
   _ca_trap_quiet_thread();
@@ -741,6 +745,7 @@ static void* thread_main(void* arg) {
       else sleep_monitor(seq, 0);
       continue;
     }
+    if (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0) async_mapped();   /* opens them all */
     bool busy = rearm();
     deliver();
     if (busy) {
@@ -857,8 +862,49 @@ static bool traced(void) {
   return t;
 }
 
+/* An io_uring or Linux aio ring among the mappings of a /proc/<pid>/maps text: the kernel's
+   names for them, "anon_inode:[io_uring]" and "/[aio] (deleted)". */
+bool _ca_monitor_async_maps(const char* text, size_t n) {
+  return memmem(text, n, "[io_uring]", 10) != NULL || memmem(text, n, "/[aio]", 6) != NULL;
+}
+
+/* io_uring or aio set up by raw system calls (liburing linked statically, or by hand), which no
+   interposed call sees (syscalls.c): the kernel would then read and write sampled pages behind
+   the program's back (a short read, an EFAULT).  Their rings are mapped, so /proc/self/maps
+   shows them: looked for before a chunk starts being monitored and, while chunks are sampled,
+   by the monitor thread; at most every 100 ms, and spaced so that the scans (longer in a
+   process of many mappings) take at most 0.5% of the time.  A set-up between two looks goes
+   unseen until the next one: the window is narrowed, not closed. */
+static bool async_mapped(void) {
+  static _Atomic(uint64_t) next_ns;
+  uint64_t t0 = _ca_clock_ns();
+  if (_ca_async_io()) return true;
+  if (t0 < atomic_load_explicit(&next_ns, ca_relaxed)) return false;
+  atomic_store_explicit(&next_ns, t0 + 100000000, ca_relaxed);
+  char buf[4096 + 16];
+  size_t carry = 0;
+  bool found = false;
+  long fd = _ca_syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/maps", O_RDONLY | O_CLOEXEC, 0, 0, 0);
+  for (long got; fd >= 0 && !found && (got = _ca_syscall6(SYS_read, fd, (long)(buf + carry), 4096, 0, 0, 0)) > 0;) {
+    size_t n = carry + (size_t)got;
+    found = _ca_monitor_async_maps(buf, n);
+    carry = n < 16 ? n : 16;                      /* a name across two reads */
+    memmove(buf, buf + n - carry, carry);
+  }
+  if (fd >= 0) _ca_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+  uint64_t took = _ca_clock_ns() - t0;
+  atomic_fetch_add_explicit(&M.maps_looks, 1, ca_relaxed);
+  atomic_fetch_add_explicit(&M.maps_ns, took, ca_relaxed);
+  if (took * 200 > 100000000) atomic_store_explicit(&next_ns, t0 + took * 200, ca_relaxed);
+  if (found) {
+    atomic_store_explicit(&M.async_by_maps, true, ca_relaxed);
+    _ca_async_io_begins();
+  }
+  return found;
+}
+
 bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
-  if (!M.trap_ok || (!M.use_pmu && (_ca_async_io() || traced()))) return false;
+  if (!M.trap_ok || (!M.use_pmu && (_ca_async_io() || traced() || async_mapped()))) return false;
   uintptr_t lo = ((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1);
   uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(CA_OS_PAGE - 1);
   if (hi <= lo) return false;
@@ -948,7 +994,7 @@ bool _ca_monitor_member_room(uint64_t cookie, bool start) {
 /* A small chunk p on a page of its own joins the group `cookie` (started when there is none
    and `start`), standing for `stride` bytes of its context's small allocations. */
 bool _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool start) {
-  if (!M.trap_ok || M.use_pmu || _ca_async_io() || ((uintptr_t)p & (CA_OS_PAGE - 1)) != 0 || traced()) return false;
+  if (!M.trap_ok || M.use_pmu || _ca_async_io() || ((uintptr_t)p & (CA_OS_PAGE - 1)) != 0 || traced() || async_mapped()) return false;
   ensure_thread();
   if (atomic_load_explicit(&M.thread_pid, ca_acquire) != getpid()) return false;
   uint64_t now_ns = _ca_clock_ns();
@@ -1092,6 +1138,9 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_str(b, M.use_pmu ? M.pmu.name : M.inited ? M.pmu.reason : "not probed");
   ca_buf_str(b, "\",\"trap\":");           ca_buf_str(b, M.trap_ok ? "true" : "false");
   ca_buf_str(b, ",\"async_io\":");        ca_buf_str(b, _ca_async_io() ? "true" : "false");
+  ca_buf_str(b, ",\"async_io_by_maps\":"); ca_buf_str(b, atomic_load_explicit(&M.async_by_maps, ca_relaxed) ? "true" : "false");
+  ca_buf_field_u64(b, "maps_looks", atomic_load_explicit(&M.maps_looks, ca_relaxed));
+  ca_buf_field_u64(b, "maps_ns", atomic_load_explicit(&M.maps_ns, ca_relaxed));
   ca_buf_field_u64(b, "l2_bytes", M.l2);
   ca_buf_field_u64(b, "burst_us", BURST_US);
   ca_buf_field_u64(b, "expire_ms", EXPIRE_MS);

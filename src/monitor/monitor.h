@@ -55,6 +55,8 @@ extern _Atomic(int) _ca_sampled_chunks;             /* how many (a load for hot 
    is opened, and no chunk is sampled by page traps from now on. */
 void   _ca_monitor_stop_traps(void);
 bool   _ca_async_io(void);                          /* syscalls.c: that happened */
+void   _ca_async_io_begins(void);                   /* syscalls.c: it happens (stops the traps) */
+bool   _ca_monitor_async_maps(const char* text, size_t n);   /* an io_uring or aio mapping in it (pure) */
 uint64_t _ca_monitor_cost_ns(void);                 /* time spent protecting pages and in faults */
 uint64_t _ca_monitor_page_cost_ns(void);            /* of that, per sampled page (average) */
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */

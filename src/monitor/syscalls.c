@@ -712,23 +712,23 @@ SYNC(sem_clockwait, (sem_t* s, clockid_t k, const struct timespec* t), (s, k, t)
    no more traps: sampled pages are opened and dropped, protection records and moves nothing
    more, no chunk is switched (statistics: monitor.async_io).  Seen through syscall(), libaio,
    liburing's shared library and glibc's aio_*; a program that makes the system call by itself
-   (liburing linked statically) is not seen. */
+   (liburing linked statically) is seen later, by its rings' mappings (monitor.c, async_mapped). */
 static _Atomic(bool) async_io;
 bool _ca_async_io(void) { return atomic_load_explicit(&async_io, ca_relaxed); }
-static void async_io_begins(void) {
+void _ca_async_io_begins(void) {
   if (atomic_exchange_explicit(&async_io, true, ca_acq_rel)) return;
   _ca_monitor_stop_traps();
   _ca_protect_stop();
 }
 #define ASYNC(ret, name, params, args) \
-  ca_interpose ret name params { async_io_begins(); ret (*f_) params = NEXT(ret (*) params, name); return f_ != NULL ? f_ args : -ENOSYS; }
+  ca_interpose ret name params { _ca_async_io_begins(); ret (*f_) params = NEXT(ret (*) params, name); return f_ != NULL ? f_ args : -ENOSYS; }
 ASYNC(int, io_setup, (unsigned n, void** ctx), (n, ctx))
 ASYNC(int, io_queue_init, (int n, void** ctx), (n, ctx))
 ASYNC(int, io_uring_setup, (unsigned n, void* params), (n, params))
 ASYNC(int, io_uring_queue_init, (unsigned n, void* ring, unsigned fl), (n, ring, fl))
 ASYNC(int, io_uring_queue_init_params, (unsigned n, void* ring, void* params), (n, ring, params))
 #define POSIX_AIO(name, params, args) \
-  ca_interpose int name params { async_io_begins(); return NEXT(int (*) params, name) args; }
+  ca_interpose int name params { _ca_async_io_begins(); return NEXT(int (*) params, name) args; }
 POSIX_AIO(aio_read, (struct aiocb* cb), (cb))
 POSIX_AIO(aio_write, (struct aiocb* cb), (cb))
 POSIX_AIO(aio_read64, (struct aiocb64* cb), (cb))
@@ -753,7 +753,7 @@ ca_interpose long syscall(long nr, ...) {
   long a[6];
   for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
   va_end(ap);
-  if (nr == SYS_io_setup || nr == SYS_io_uring_setup) async_io_begins();
+  if (nr == SYS_io_setup || nr == SYS_io_uring_setup) _ca_async_io_begins();
   for (int i = 0; i < 6; i++) maybe((uintptr_t)a[i]);
   long r = _ca_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
   if (r < 0 && r > -4096) { errno = (int)-r; return -1; }

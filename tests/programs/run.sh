@@ -236,6 +236,8 @@ test_kbuf() {
   bin=$(prog_dir)/kernel_buffers
   build_prog kbuf "$HERE/kernel_buffers.c" "$bin" gcc -O2 -g -pthread -D_FILE_OFFSET_BITS=64 || return 0
   run_both kbuf "$start" expected_kbuf "$bin"
+  start=$(now_us)
+  run_both kbuf-rawring "$start" expected_kbuf_rawring "$bin" rawring
 }
 
 test_cxx() {
@@ -300,6 +302,13 @@ stdio ok 19446400
 aio ok
 libc ok
 all: checksum d8bdac3292aedb80 fails 0
+EOF
+}
+
+expected_kbuf_rawring() {
+  cat <<'EOF'
+rawring ok
+rawring: checksum 0000000000000000 fails 0
 EOF
 }
 

@@ -52,6 +52,19 @@ static void test_tracer(void) {
   CHECK_EQ(_ca_monitor_tracer(traced, 40), 0);              /* cut before the line */
 }
 
+/* io_uring or aio set up by raw system calls: their rings among the mappings stop the traps */
+static void test_async_maps(void) {
+  static const char plain[] = "55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 123 /usr/bin/prog\n"
+                              "7f141b000000-7f141b021000 rw-p 00000000 00:00 0 \n"
+                              "7ffc6a1e0000-7ffc6a201000 rw-p 00000000 00:00 0 [stack]\n";
+  static const char uring[] = "7f141b35a000-7f141b35b000 rw-s 00000000 00:10 202247 anon_inode:[io_uring]\n";
+  static const char aio[] = "7f141b359000-7f141b35a000 rw-s 00000000 00:13 202248 /[aio] (deleted)\n";
+  CHECK(!_ca_monitor_async_maps(plain, sizeof plain - 1));
+  CHECK(_ca_monitor_async_maps(uring, sizeof uring - 1));
+  CHECK(_ca_monitor_async_maps(aio, sizeof aio - 1));
+  CHECK(!_ca_monitor_async_maps(uring, 60));               /* cut before the name */
+}
+
 static void test_predictor(void) {
   _ca_nw_reset();
   uintptr_t fa[2] = { 0x1000, 0x2000 }, fb[2] = { 0x3000, 0x2000 };
@@ -600,6 +613,7 @@ int main(void) {
   test_sampling_count();
   test_pair_rule();
   test_tracer();
+  test_async_maps();
   test_predictor();
   test_group_retry();
   test_reservation();
