@@ -513,8 +513,8 @@ static void t_aio(void) {
 /* io_uring set up and driven by raw system call instructions, as liburing linked statically
    does: no interposed call sees it, the ring's mappings in /proc/self/maps do.  Its own process
    (mode "rawring"): once a process has asynchronous I/O, nothing is sampled any more.  The
-   monitor looks at the mappings at most every 100 ms, hence the pause before the buffers are
-   allocated. */
+   monitor looks at the mappings every 100 ms or more (longer when a look takes longer), hence
+   the pause before the buffers are allocated. */
 static void settle(void);
 static long raw_sys(long nr, long a, long b, long c, long d, long e, long f) {
 #if defined(__x86_64__)
@@ -540,7 +540,7 @@ static void t_rawring(void) {
   char* cq = raw_map(pr.cq_off.cqes + pr.cq_entries * sizeof(struct io_uring_cqe), ring, IORING_OFF_CQ_RING);
   struct io_uring_sqe* sqes = raw_map(pr.sq_entries * sizeof(struct io_uring_sqe), ring, IORING_OFF_SQES);
   CHECK(sq != MAP_FAILED && cq != MAP_FAILED && sqes != MAP_FAILED, "ring mmap");
-  usleep(200000);
+  usleep(1000000);
   for (int k = 0; k < 4; k++) {                 /* fresh chunks, each written once before the read */
     char* b = big(n, 1);
     settle();                                   /* its sampled pages protected again */
