@@ -801,8 +801,9 @@ uint64_t _ca_colour_pace_ns(uint64_t cpu, uint64_t wall, uint32_t pct) {
 }
 
 static void pace(void) {
-  if (L.pace_from_ns == 0 || atomic_load(&L.preparing) > 0) return;
-  uint64_t ns = _ca_colour_pace_ns(worker_cpu_ns() - L.pace_cpu_ns, _ca_clock_ns() - L.pace_from_ns,
+  uint64_t cpu = worker_cpu_ns();
+  if (L.pace_from_ns == 0 || atomic_load(&L.preparing) > 0 || cpu < L.pace_cpu_ns) return;   /* no clock: no pace */
+  uint64_t ns = _ca_colour_pace_ns(cpu - L.pace_cpu_ns, _ca_clock_ns() - L.pace_from_ns,
                                    (uint32_t)_ca_opt(CA_OPT_COLOUR_WORKER));
   if (ns == 0) return;
   uint64_t t = _ca_clock_ns();
