@@ -3,9 +3,9 @@
 chromalloc compared in interleaved rounds (one process of each per round, so the host's moods fall
 on all).
 
-  python3 bench/colour_purity.py [--rounds 12] NAME=LIB.so [NAME=LIB.so ...]
+  python3 bench/colour_purity.py [--rounds 12] NAME=LIB.so[:OPTIONS] [NAME=LIB.so[:OPTIONS] ...]
 
-Each process is build/bench/purity (bench/colour/purity.c, built here) under LD_PRELOAD=LIB: it
+Each process is build/bench/purity (bench/colour/purity.c, built here) under LD_PRELOAD=LIB (and CHROMALLOC_OPTIONS=OPTIONS): it
 stocks a 1/8 and a 7/8 colour slice and reads blocks of them by timing alone
 (bench/colour/l2reading.h), up to 8 tries a quarter of a second apart.  A try is *sane* when
 ordinary pages read as L2 hits and the 1/8 polluter evicts 6 or more of 8 pages of another 1/8
@@ -20,6 +20,8 @@ time and worker CPU come from CHROMALLOC_STATS.  See docs/colours.md, "The slice
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
 from pathlib import Path
 
+from colour_ready import configs
+
 ROOT = Path(__file__).resolve().parent.parent
 PROG = ROOT / "build" / "bench" / "purity"
 
@@ -33,8 +35,8 @@ def build():
         sys.exit(f"colour_purity: build failed: {' '.join(cmd)}\n{r.stderr}")
 
 
-def one(lib, stats):
-    env = dict(os.environ, LD_PRELOAD=lib, CHROMALLOC_STATS=stats)
+def one(lib, opts, stats):
+    env = dict(os.environ, LD_PRELOAD=lib, CHROMALLOC_STATS=stats, CHROMALLOC_OPTIONS=opts)
     try:
         r = subprocess.run([str(PROG)], env=env, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
@@ -79,17 +81,17 @@ def show(v):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("libs", nargs="+", metavar="NAME=LIB.so")
+    ap.add_argument("libs", nargs="+", metavar="NAME=LIB.so[:OPTIONS]")
     a = ap.parse_args()
-    libs = [s.split("=", 1) for s in a.libs]
-    if a.rounds < 1 or any(len(x) != 2 or not os.path.isfile(x[1]) for x in libs):
-        sys.exit("colour_purity: need --rounds >= 1 and NAME=LIB.so with existing files")
+    libs = configs(a.libs)
+    if a.rounds < 1 or libs is None:
+        sys.exit("colour_purity: need --rounds >= 1 and NAME=LIB.so[:OPTIONS] with existing files")
     build()
-    seen = {n: [] for n, _ in libs}
+    seen = {n: [] for n, _, _ in libs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
-            for name, lib in libs:
-                v = one(os.path.abspath(lib), os.path.join(tmp, "s.json"))
+            for name, lib, opts in libs:
+                v = one(os.path.abspath(lib), opts, os.path.join(tmp, "s.json"))
                 v["verdict"] = verdict(v)
                 seen[name].append(v)
                 print(f"round {r + 1} {name}: {v['verdict']}  {show(v)}", flush=True)

@@ -10,12 +10,13 @@ with nightwatch=0 among them pv does not wait); pv waits up to 20 s for the rest
 and the order of the configurations turns by one place per round.  The colour layer's state, eviction sets and
 ready time are read from CHROMALLOC_STATS.  A change to the timing probe, or anything that moves
 its code, should be checked with this against the build before it (docs/colours.md).  The
-worker's CPU time (worker_cpu_ms), its eviction-set builds (and the step at which failed ones failed) and the colour-count estimate
-(estimated, over how many chunks, whether a second try ran) are printed too."""
+worker's CPU time (worker_cpu_ms), its eviction-set builds (and the step at which failed ones failed), the colour-count estimate
+(estimated, over how many chunks, whether a second try ran), the slice audit's counts, suspicions and set rebuilds are printed too."""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PV = os.path.join(HERE, "..", "build", "bench", "nightwatch", "pv")
+import nightwatch   # its pv build
+
+PV = str(nightwatch.BUILD / "pv")
 
 
 def one(lib, opts, workload, frames, stats):
@@ -36,6 +37,12 @@ def one(lib, opts, workload, frames, stats):
         return {"state": f"failed ({e.__class__.__name__})"}
 
 
+def configs(specs):
+    """NAME=LIB.so[:OPTIONS] -> [(NAME, LIB.so, OPTIONS)], or None when a name is empty or a file is missing"""
+    libs = [(n, *(rest.split(":", 1) + [""])[:2]) for n, _, rest in (s.partition("=") for s in specs)]
+    return None if any(not n or not os.path.isfile(lib) for n, lib, _ in libs) else libs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -43,9 +50,10 @@ def main():
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("libs", nargs="+", metavar="NAME=LIB.so[:OPTIONS]")
     a = ap.parse_args()
-    libs = [(n, *(rest.split(":", 1) + [""])[:2]) for n, _, rest in (s.partition("=") for s in a.libs)]
-    if a.rounds < 1 or any(not n or not os.path.isfile(lib) for n, lib, _ in libs) or not os.access(PV, os.X_OK):
-        sys.exit("colour_ready: need --rounds >= 1, NAME=LIB.so[:OPTIONS] with existing files, and pv (make build/bench/nightwatch/pv)")
+    libs = configs(a.libs)
+    if a.rounds < 1 or libs is None:
+        sys.exit("colour_ready: need --rounds >= 1 and NAME=LIB.so[:OPTIONS] with existing files")
+    nightwatch.build_pv(os.environ.get("CC", "cc"))
     seen = {n: [] for n, _, _ in libs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
@@ -60,7 +68,8 @@ def main():
                       f"at {c.get('set_build_failed_at', '-')} duplicate {c.get('sets_duplicate', '-')} "
                       f"estimated {c.get('estimated', '-')} over {c.get('estimate_chunks', '-')} chunks "
                       f"second try {c.get('probe_remeasured', '-')} passes {c.get('passes', '-')} "
-                      f"start_failures {c.get('start_failures', '-')} "
+                      f"start_failures {c.get('start_failures', '-')} audit {c.get('audit', '-')} "
+                      f"suspicions {c.get('suspicions', '-')} rebuilds {c.get('set_rebuilds', '-')} "
                       f"reason {c.get('reason') or '-'}", flush=True)
     for name, runs in seen.items():
         ready = [c["ready_ms"] for c in runs if c.get("state") == "ready"]

@@ -77,6 +77,22 @@ test-colour-pace: lib $(TEST_BIN)/test_colour_api-plain
 
 test: test-colour-pace
 
+# colour_audit=1 (off by default): the coloured API still behaves, and no page of a small slice
+# is handed out before its group has been judged (a slice the audit has not vouched for waits).
+.PHONY: test-colour-audit
+test-colour-audit: lib $(TEST_BIN)/test_colour_api-plain
+	CHROMALLOC_OPTIONS=colour_audit=1 CHROMALLOC_STATS=$(abspath $(TEST_BIN))/colour-audit.json \
+	  LD_PRELOAD=$(ABS_SO) $(TEST_BIN)/test_colour_api-plain
+	python3 -c 'import json, sys; from fractions import Fraction as F; c = json.load(open(sys.argv[1]))["colours"]; \
+	  small = lambda s: (lambda a, b: F(b) - F(a) <= F(1, 4))(*s["slice"].split("-")); \
+	  handed = sum(s["pages_handed"] for s in c.get("sets", []) if not s["by_elimination"] and small(s)); \
+	  judged = c.get("audit", {}).get("groups_judged", 0); \
+	  print("colour_audit=1: layer %s, groups judged %d, small slices handed %d pages" % (c["state"], judged, handed)); \
+	  sys.exit(0 if handed == 0 or judged >= 1 else "FAIL a small slice handed out pages no group vouched for")' \
+	  $(abspath $(TEST_BIN))/colour-audit.json
+
+test: test-colour-audit
+
 # NightWatch starts the colour layer only after nightwatch_delay: a polluter before it leaves
 # the layer off.
 .PHONY: test-delay

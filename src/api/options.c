@@ -39,6 +39,11 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "percent of one CPU the colour layer's worker may take on average once the "
                              "layer is ready (after one second's allowance; not while "
                              "chromalloc_colours_prepare waits): less CPU, slower stocking; 100: no limit" },
+  [CA_OPT_COLOUR_AUDIT]  = { "colour_audit", 0, 0, 1, bool_words,
+                             "1: a small slice's pool (1/4 of the colours or less) is audited by what its pages do "
+                             "to one another in the L2, and pages for the other colours against it (3-5 times the "
+                             "worker's CPU, no purer pools measured on the Zen 4 host); 0: the eviction sets' word "
+                             "alone (docs/colours.md, \"The slice audit\")" },
   [CA_OPT_PURGE_DELAY]   = { "purge_delay", 10, -1, 3600000, NULL,
                              "ms before free memory is returned to the OS (0 at once, -1 never)" },
   [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 32, 0, 65536, NULL,

@@ -248,8 +248,10 @@ static void* pool_take(int i, uint64_t* rng) {
 /* ---- the slice audit (audit.c) ------------------------------------------------------------ */
 
 /* Pages of a small slice's group: twice what its colours hold in the level; 0 for a set that is
-   no small slice (by elimination, or more than a quarter of the colours). */
+   no small slice (by elimination, or more than a quarter of the colours), and with the audit
+   off (option colour_audit=0). */
 static uint32_t audit_need(const ca_colour_set_t* s) {
+  if (!_ca_opt(CA_OPT_COLOUR_AUDIT)) return 0;
   uint32_t k = (uint32_t)__builtin_popcountll(s->mask), need = 2 * k * L.map.ways;
   return s->used && !s->by_elimination && k > 0 && k * 4 <= L.cal.colours && need <= CA_AUDIT_MAX ? need : 0;
 }

@@ -91,6 +91,7 @@ typedef enum ca_option_e {
   CA_OPT_COLOUR_POOL,     /* MiB of classified pages kept in stock per colour set */
   CA_OPT_COLOUR_RESERVE,  /* a program's first allocation from a small end slice reserves it */
   CA_OPT_COLOUR_WORKER,   /* % of a CPU the colour worker may take once ready */
+  CA_OPT_COLOUR_AUDIT,    /* small slices' pools judged by what their pages do to one another */
   CA_OPT_PURGE_DELAY,     /* ms before free memory is returned to the OS (-1 never) */
   CA_OPT_SEGMENT_CACHE,   /* free 2 MiB segments kept mapped for reuse */
   CA_OPT_THP,             /* madvise(MADV_HUGEPAGE) on segments */
