@@ -1,5 +1,7 @@
 /* The slice audit: a small slice's pages judged by what they do to one another in the L2,
-   without eviction sets.
+   without eviction sets.  Off by default (option colour_audit): on the Zen 4 host it cost the
+   worker 3-5 times the CPU and made no pool measurably purer (docs/colours.md, "The audit off
+   by default").
 
    A slice of k colours holds k x ways pages in the level at once.  A group of twice as many
    pages from its pool (ca_audit_group_t), read, evicts every line of those colours: a page the
