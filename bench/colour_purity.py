@@ -36,7 +36,7 @@ def build():
 
 
 def one(lib, opts, stats):
-    env = dict(os.environ, LD_PRELOAD=lib, CHROMALLOC_STATS=stats, CHROMALLOC_OPTIONS=opts)
+    env = dict(os.environ, LD_PRELOAD=lib, CHROMALLOC_STATS=stats, **({"CHROMALLOC_OPTIONS": opts} if opts else {}))
     try:
         r = subprocess.run([str(PROG)], env=env, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
