@@ -378,7 +378,8 @@ def acted(trace_path, nw):
     if not final:
         out["why"] = "no context restrictive"
     elif ready is None:
-        out["why"] = "colour layer never ready"
+        # a full timeline may have lost the entry (the protection flood before 2026-11-29)
+        out["why"] = "timeline incomplete" if nw.get("timeline_dropped") else "colour layer never ready"
     elif len(last) < len(final) + len(routed) or nw.get("timeline_dropped"):
         out["why"] = "timeline incomplete"
     else:

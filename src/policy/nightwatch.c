@@ -460,10 +460,15 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
   atomic_store_explicit(&NW.switching, NULL, ca_release);
 }
 
-/* The first restrictive chunk: from now on the recorded open objects are kept out of the
-   restrictive colours, in pages of the other 7/8 (a colour set registered for that). */
+/* The first restrictive chunk once the restrictive set is registered: from now on the recorded
+   open objects are kept out of the restrictive colours, in pages of the other 7/8 (a colour set
+   registered for that).  Before it (nightwatch_delay) nothing is armed and nothing logged: each
+   restrictive chunk then logged "armed", and pv frames, requests and packets processes filled
+   the timeline with them before the colour layer was ready (4 of 20 in the run at 297f8e3, whose
+   benchmark then read "colour layer never ready"). */
 static void arm_protection(void) {
-  if (NW.restrict_id > 0 && _ca_colour_reserve(NW.restrict_id) != 0) NW.protect = false;   /* the program reserved another set */
+  if (NW.restrict_id <= 0) return;
+  if (_ca_colour_reserve(NW.restrict_id) != 0) NW.protect = false;   /* the program reserved another set */
   log_event(EV_PROTECT, 0, NW.protect);
 }
 

@@ -436,7 +436,8 @@ static void test_fruitless_group(void) {
    program never pays for its calibration); with 0, its first restrictive chunk does.  Run as
    `test_monitor delay-off` with nightwatch_delay=3600000 and `delay-on` with 0 (tests.mk):
    buffers of 4 MiB from one call site, written and then read in order, until one of them is
-   given restrictive mapping. */
+   given restrictive mapping.  Protection is armed only once the colour layer is started: before
+   it the timeline holds no "protection" entry (each restrictive chunk logged one). */
 static volatile unsigned long sink;
 __attribute__((noinline)) static unsigned char* streamed(size_t n) { unsigned char* p = malloc(n); __asm__ volatile("" ::: "memory"); return p; }
 static int test_delay(bool on) {
@@ -459,6 +460,9 @@ static int test_delay(bool on) {
           stats_value("nightwatch", "restrictive"), off ? "not started" : "started");
   CHECK(stats_value("nightwatch", "restrictive") > 0);
   CHECK(off != on);
+  int armed = 0;
+  for (const char* t = buf; (t = strstr(t, "\"event\":\"protection\"")) != NULL; t++) armed++;
+  CHECK(armed <= (on ? 1 : 0));
   return check_done("test_monitor delay");
 }
 
