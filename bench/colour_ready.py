@@ -10,9 +10,9 @@ with nightwatch=0 among them pv does not wait); pv waits up to 20 s for the rest
 and the order of the configurations turns by one place per round.  The colour layer's state, eviction sets and
 ready time are read from CHROMALLOC_STATS.  A change to the timing probe, or anything that moves
 its code, should be checked with this against the build before it (docs/colours.md).  The
-worker's CPU time (worker_cpu_ms), its eviction-set builds (and the step at which failed ones failed), the colour-count estimate
+process's wall time and peak RSS, the worker's CPU time (worker_cpu_ms), its eviction-set builds (and the step at which failed ones failed), the colour-count estimate
 (estimated, over how many chunks, whether a second try ran), the slice audit's counts, suspicions and set rebuilds are printed too."""
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 import nightwatch   # its pv build
 
@@ -26,8 +26,13 @@ def one(lib, opts, workload, frames, stats):
                CHROMALLOC_STATS=stats, LD_PRELOAD=lib)
     argv = [PV, workload, f"--frames={frames}"] + ([] if "nightwatch=0" in opts else ["--settle-ms=20000"])
     try:   # the timeout is applied from outside: a preloaded `timeout` would write the statistics too
+        t0 = time.monotonic()
         out = subprocess.run(argv, env=env, timeout=300, stdout=subprocess.PIPE, text=True, check=True).stdout
-        c = json.load(open(stats))["colours"]
+        wall = time.monotonic() - t0
+        s = json.load(open(stats))
+        c = s["colours"]
+        c["wall_s"] = wall
+        c["rss_peak_mib"] = s.get("memory", {}).get("rss_peak_bytes", 0) / 2**20
         kv = dict(x.split("=", 1) for x in out.split() if "=" in x)
         c["victim_ns"] = float(kv["victim_ns"]) if "victim_ns" in kv else None
         first = (c.get("sets") or [{}])[0]
@@ -62,6 +67,7 @@ def main():
                 seen[name].append(c)
                 print(f"round {r + 1} {name}: {c.get('state')} sets {c.get('eviction_sets', '-')} "
                       f"victim_ns {c.get('victim_ns', '-')} spans filled/ordinary {c.get('spans', '-')} "
+                      f"wall_s {c.get('wall_s', 0):.1f} rss_peak_mib {c.get('rss_peak_mib', 0):.0f} "
                       f"ready_ms {c.get('ready_ms', '-')} worker_cpu_ms {c.get('worker_cpu_ms', '-')} "
                       f"paced_ms {c.get('worker_paced_ms', '-')} "
                       f"set builds {c.get('set_builds', '-')} failed {c.get('set_build_failures', '-')} "
@@ -76,6 +82,9 @@ def main():
         med = f", median ready {statistics.median(ready) / 1000:.1f} s" if ready else ""
         cpu = [c["worker_cpu_ms"] for c in runs if "worker_cpu_ms" in c]
         med += f", median worker CPU {statistics.median(cpu) / 1000:.1f} s" if cpu else ""
+        for key, what, unit in (("wall_s", "wall", "s"), ("rss_peak_mib", "peak RSS", "MiB")):
+            v = [c[key] for c in runs if key in c]
+            med += f", median {what} {statistics.median(v):.1f} {unit}" if v else ""
         vns = [c["victim_ns"] for c in runs if c.get("victim_ns") is not None]
         med += f", median victim {statistics.median(vns):.2f} ns" if vns else ""
         print(f"{name}: ready in {len(ready)} of {len(runs)}{med}")
