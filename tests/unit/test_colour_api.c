@@ -53,7 +53,12 @@ static char* block_of(int set, size_t bytes) {
    (Fast by the ordinary block's own median and by 16 of its pages, which surely fit the L2:
    in a try when the L2 kept nothing, the ordinary block read a median 470-560 ns against
    170-180 for 16 pages, no page of it "slow" by its own median, nor any of the 1/8 block's,
-   and such tries were judged until the twenty-second session.)
+   and such tries were judged until the twenty-second session.  The median within 1.1x of the
+   16 pages', not 1.5x, since the twenty-seventh session: over four `make -j2 test` runs on the
+   Zen 4 host, 26 of the 27 judged tries at 1.05x or less read the 1/8 block 57-64 of 64 slow on
+   its own, and none of the 7 at 1.2-1.5x did (0-41), failing test-colour-audit in 2 of the 4:
+   a block of the L2's quarter that reads slower than 16 of its pages is not all in the L2, and
+   pages slow by its median mean nothing then.)
    Each property passes when some judged try shows it, and fails only over two judged tries or
    more: on the Zen 4 host in a loud hour the same blocks read 29 then 2 of 64 slow on their
    own, and 23 then 7 evicted, tries apart; judged by the last judged try of four (the 1/8
@@ -84,7 +89,7 @@ static void check_in_the_l2(int set, int other) {
     l2_reading_t m = l2_read(mine, q, NULL, 0, o.base);
     l2_reading_t c = l2_read(mine, 8 * 4096, pol, l2 / 2, o.base);   /* 8 of its pages fit */
     l2_reading_t r = l2_read(rest, q, pol, l2 / 2, o.base);
-    bool quiet = o.quiet_slow * 16 <= n && o.base * 2 < h.base * 3, evicts = c.evicted >= 7;
+    bool quiet = o.quiet_slow * 16 <= n && o.base * 10 <= h.base * 11, evicts = c.evicted >= 7;
     fprintf(stderr, "test_colour_api: in the L2 (try %d%s): of %d pages each, ordinary %d slow (median %llu ns, 16 of them "
             "%llu); 1/8 %d slow (itself), 8 of its pages %d evicted by a 1/8 block of L2/2; 7/8 %d evicted by it, %d slow "
             "before it (itself)\n", tries + 1, !quiet ? ", not judged" : !evicts ? ", 7/8 not judged" : "", n, o.quiet_slow,
