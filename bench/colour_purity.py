@@ -8,7 +8,8 @@ on all).
 Each process is build/bench/purity (bench/colour/purity.c, built here) under LD_PRELOAD=LIB (and CHROMALLOC_OPTIONS=OPTIONS): it
 stocks a 1/8 and a 7/8 colour slice and reads blocks of them by timing alone
 (bench/colour/l2reading.h), up to 8 tries a quarter of a second apart.  A try is *sane* when
-ordinary pages read as L2 hits and the 1/8 polluter evicts 6 or more of 8 pages of another 1/8
+ordinary pages read as L2 hits (few slow by the block's median, and that median within 1.1x of
+16 of its pages') and the 1/8 polluter evicts 6 or more of 8 pages of another 1/8
 block; a run with no sane try is not judged.  Counted bad: the 1/8 block of twice the slice's
 size evicts itself (3/4 of its pages slow) in no try whose ordinary pages read as hits (the 1/8
 pool is not of few colours: a block of many colours never evicts itself, a block of few may
@@ -59,7 +60,9 @@ def verdict(v):
         return "failed"
     tries = v["tries"]
     n = tries[0]["pages"]
-    quiet = [t for t in tries if t["ordinary_slow"] * 4 <= n]
+    # ordinary pages read as L2 hits: few slow by the block's median, and that median within
+    # 1.1x of 16 of its pages' (hot_ns; a block that reads slower is not all in the L2)
+    quiet = [t for t in tries if t["ordinary_slow"] * 4 <= n and t.get("base_ns", 0) * 10 <= t.get("hot_ns", 10**9) * 11]
     sane = [t for t in quiet if t["small_evicted"] >= 6]
     if not sane:
         return "not sane"

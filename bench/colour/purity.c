@@ -2,7 +2,8 @@
    the L2 (l2reading.h), not by the colour layer's own labels?
    Blocks: a 1/8 polluter of L2/2 bytes, a 1/8 block and a 7/8 block of L2/4 each, an ordinary
    block of L2/4.  Read: the ordinary block (its pages should be
-   L2 hits: the reading is sane), the 1/8 block alone (twice the slice's size: it should evict
+   L2 hits, its median within 1.1x of 16 of its pages': the reading is sane; a block that
+   reads slower is not all in the L2, and pages slow by its median mean nothing then), the 1/8 block alone (twice the slice's size: it should evict
    itself), then 8 pages of the 1/8 block (which fit), the 7/8 block and the ordinary block each after reading
    the polluter (it should evict the 8 pages, hardly any page of the 7/8 block, and about
    one ordinary page in eight: fewer when protection has moved them).
@@ -14,7 +15,7 @@
    does), while one that does not may only have met the L2 in a mood that keeps part of a
    cyclic sweep.
    Output: one line per try, PURITY try=N ordinary_slow=N slice_self=N small_evicted=N/8
-           rest_evicted=N rest_self=N ordinary_evicted=N pages=N base_ns=N   (counts of pages;
+           rest_evicted=N rest_self=N ordinary_evicted=N pages=N base_ns=N hot_ns=N (counts of pages;
            RESULT purity ok)
    Needs chromalloc (linked with -lchromalloc); bench/colour_purity.py runs it under builds. */
 #include "../src/bench.h"
@@ -35,15 +36,17 @@ int main(void) {
   if (!pol || !mine || !other || !ord) fail("out of memory");
   for (int t = 0, self = 0, sane = 0; t < 8 && !(self && sane >= 3); t++) {
     if (t > 0) usleep(250000);
+    l2_reading_t h = l2_read(ord, 16 * 4096, NULL, 0, 0);               /* 16 pages: L2 hits */
     l2_reading_t o = l2_read(ord, q, NULL, 0, 0);
     l2_reading_t m = l2_read(mine, q, NULL, 0, o.base);
     l2_reading_t c = l2_read(mine, 8 * 4096, pol, l2 / 2, o.base);    /* 8 pages of it fit */
     l2_reading_t r = l2_read(other, q, pol, l2 / 2, o.base);
     l2_reading_t e = l2_read(ord, q, pol, l2 / 2, o.base);
-    printf("PURITY try=%d ordinary_slow=%d slice_self=%d small_evicted=%d rest_evicted=%d rest_self=%d ordinary_evicted=%d pages=%d base_ns=%llu\n",
-           t + 1, o.quiet_slow, m.quiet_slow, c.evicted, r.evicted, r.quiet_slow, e.evicted, o.pages, (unsigned long long)o.base);
+    printf("PURITY try=%d ordinary_slow=%d slice_self=%d small_evicted=%d rest_evicted=%d rest_self=%d ordinary_evicted=%d pages=%d base_ns=%llu hot_ns=%llu\n",
+           t + 1, o.quiet_slow, m.quiet_slow, c.evicted, r.evicted, r.quiet_slow, e.evicted, o.pages, (unsigned long long)o.base,
+           (unsigned long long)h.base);
     self |= m.quiet_slow * 4 >= o.pages * 3;
-    sane += o.quiet_slow * 4 <= o.pages && c.evicted >= 6;
+    sane += o.quiet_slow * 4 <= o.pages && o.base * 10 <= h.base * 11 && c.evicted >= 6;
   }
   printf("RESULT purity ok\n");
   return 0;
