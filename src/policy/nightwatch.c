@@ -465,9 +465,11 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
    registered for that).  Before it (nightwatch_delay) nothing is armed and nothing logged: each
    restrictive chunk then logged "armed", and pv frames, requests and packets processes filled
    the timeline with them before the colour layer was ready (4 of 20 in the run at 297f8e3, whose
-   benchmark then read "colour layer never ready"). */
+   benchmark then read "colour layer never ready").  Once: a verdict on the monitor thread and
+   the program's next restrictive chunk may both come here. */
 static void arm_protection(void) {
-  if (NW.restrict_id <= 0) return;
+  static _Atomic(bool) tried;
+  if (NW.restrict_id <= 0 || atomic_exchange_explicit(&tried, true, ca_relaxed)) return;
   if (_ca_colour_reserve(NW.restrict_id) != 0) NW.protect = false;   /* the program reserved another set */
   log_event(EV_PROTECT, 0, NW.protect);
 }
