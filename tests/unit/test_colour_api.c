@@ -235,7 +235,9 @@ int main(int argc, char** argv) {
   int c = chromalloc_colour_of(one);
   CHECK(c >= -1 && c < colours);
   free(one);
-  check_in_the_l2(set, other);
+  /* the reading in the L2 (seconds of timing on a noisy host) once per `make test`: the
+     shared and static runs of test-unit, and test-colour-audit, set TEST_NO_L2 */
+  if (getenv("TEST_NO_L2") == NULL) check_in_the_l2(set, other);
   /* recolouring a page another thread keeps writing to */
   unsigned long* page = aligned_alloc(4096, 4096);
   *page = 0;
