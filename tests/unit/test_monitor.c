@@ -392,7 +392,10 @@ static void test_contexts(void) {
 
 /* A page opened by its first reference is protected again at the program's next allocator
    call once its burst (20 us) is over, with no monitor thread involved (that looks only after
-   200 us).  Run first: the chunk is the first member of its group. */
+   200 us).  Run first: the chunk is the first member of its group.  Judged only when the
+   window from the reference to the call took under 150 us: a vCPU taken away for longer lets
+   the monitor thread re-protect the page first (failed once in 14 `make -j2 test` runs,
+   2026-11-29). */
 static void* volatile kept;
 static void test_tick(void) {
   if (chromalloc_version == NULL) return;
@@ -400,14 +403,17 @@ static void test_tick(void) {
   CHECK(p != NULL);
   long long r0 = stats_value("monitor", "rearms_by_allocator_calls");
   long long f0 = stats_value("monitor", "first_refs");
-  p[0] = 1;                                  /* its first reference: the page opens */
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
+  p[0] = 1;                                  /* its first reference: the page opens */
   do clock_gettime(CLOCK_MONOTONIC, &b); while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 60000);
   unsigned char* q = malloc(BYTES);          /* re-protects it */
   kept = q;                                  /* (not optimised away with its free) */
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  long ns = (b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec;
   CHECK_EQ(stats_value("monitor", "first_refs"), f0 + 1);
-  CHECK(stats_value("monitor", "rearms_by_allocator_calls") > r0);
+  if (ns < 150000) CHECK(stats_value("monitor", "rearms_by_allocator_calls") > r0);
+  else fprintf(stderr, "test_monitor: the tick took %ld us (the host took the vCPU): its re-protection not checked\n", ns / 1000);
   CHECK_EQ(p[0], 1);                         /* and the next reference is resolved */
   free(q); free(p);
 }
