@@ -84,4 +84,10 @@ static inline l2_reading_t l2_read(char* blk, size_t bytes, const char* by, size
   return x;
 }
 
+/* The L2 holds the block read as `block`: its median within 1.1x of `hot`'s, a reading of 16 of
+   its pages (which surely fit).  A block that reads slower is partly in the L3, and pages slow
+   by its own median mean nothing then (2026-11-29: docs/colours.md, "Reading the L2 only while
+   it holds a quarter of itself"). */
+static inline bool l2_held(l2_reading_t block, l2_reading_t hot) { return block.base * 10 <= hot.base * 11; }
+
 #endif

@@ -46,7 +46,7 @@ int main(void) {
            t + 1, o.quiet_slow, m.quiet_slow, c.evicted, r.evicted, r.quiet_slow, e.evicted, o.pages, (unsigned long long)o.base,
            (unsigned long long)h.base);
     self |= m.quiet_slow * 4 >= o.pages * 3;
-    sane += o.quiet_slow * 4 <= o.pages && o.base * 10 <= h.base * 11 && c.evicted >= 6;
+    sane += o.quiet_slow * 4 <= o.pages && l2_held(o, h) && c.evicted >= 6;
   }
   printf("RESULT purity ok\n");
   return 0;

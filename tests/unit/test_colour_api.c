@@ -89,7 +89,7 @@ static void check_in_the_l2(int set, int other) {
     l2_reading_t m = l2_read(mine, q, NULL, 0, o.base);
     l2_reading_t c = l2_read(mine, 8 * 4096, pol, l2 / 2, o.base);   /* 8 of its pages fit */
     l2_reading_t r = l2_read(rest, q, pol, l2 / 2, o.base);
-    bool quiet = o.quiet_slow * 16 <= n && o.base * 10 <= h.base * 11, evicts = c.evicted >= 7;
+    bool quiet = o.quiet_slow * 16 <= n && l2_held(o, h), evicts = c.evicted >= 7;
     fprintf(stderr, "test_colour_api: in the L2 (try %d%s): of %d pages each, ordinary %d slow (median %llu ns, 16 of them "
             "%llu); 1/8 %d slow (itself), 8 of its pages %d evicted by a 1/8 block of L2/2; 7/8 %d evicted by it, %d slow "
             "before it (itself)\n", tries + 1, !quiet ? ", not judged" : !evicts ? ", 7/8 not judged" : "", n, o.quiet_slow,
