@@ -1,9 +1,17 @@
 /* Machine cache model: the data cache levels of this machine (size, ways, line, sets, sharing),
    read from sysfs, else from cpuid (Intel leaf 4 / AMD leaf 0x8000001D), else a documented
    default.  Index-aware placement needs the L1d line size and set count; the colour layer builds
-   on the same table.  Read once at start-up with raw open/read: no stdio, no allocation. */
+   on the same table.  Read once at start-up with raw open/read: no stdio, no allocation.
+
+   CHROMALLOC_MACHINE="l1d=48K/12,l2=1M/16,l3=32M/16,index=hashed" describes a machine instead
+   (sizes with K or M, "/ways"; line 64 unless line=N): the tests run every geometry's logic on
+   any host this way.  A described machine is not this one, so nothing may time it: the colour
+   layer then answers its eviction questions from a simulated L2 of that geometry (simcache.c),
+   whose page colours are the frame number's low bits (index=linear) or a hash of it (hashed),
+   and each of whose tests takes probe_us (0) of the worker's CPU, as a timed one would. */
 #include "../core/internal.h"
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -98,10 +106,66 @@ static bool from_cpuid(ca_machine_t* m) {
 static bool from_cpuid(ca_machine_t* m) { (void)m; return false; }
 #endif
 
+/* "32K/8" -> a level of that size and associativity (0 ways: not understood) */
+static ca_cache_level_t parse_level(const char* v, size_t len, uint32_t level, uint32_t line) {
+  char buf[32];
+  if (len >= sizeof buf) len = sizeof buf - 1;
+  memcpy(buf, v, len);
+  buf[len] = 0;
+  ca_cache_level_t c = { .level = level, .line = line, .shared_cpus = level >= 3 ? 2 : 1 };   /* the L3 is shared */
+  c.size = parse_size(buf);
+  const char* slash = strchr(buf, '/');
+  c.ways = slash ? parse_size(slash + 1) : 0;
+  if (c.size == 0 || c.ways == 0 || c.size % (c.ways * line) != 0) c.ways = 0;
+  else c.sets = c.size / (c.ways * line);
+  return c;
+}
+
+static bool described(ca_machine_t* m, const char* d) {
+  uint32_t line = 64;
+  const char* l = strstr(d, "line=");
+  if (l != NULL) line = parse_size(l + 5);
+  if (line < 16 || (line & (line - 1))) line = 64;
+  ca_cache_level_t lv[3] = {{0}};
+  for (const char* p = d; *p;) {
+    const char* item = p;
+    while (*p && *p != ',') p++;
+    size_t n = (size_t)(p - item);
+    if (*p == ',') p++;
+    const char* eq = memchr(item, '=', n);
+    if (eq == NULL) { _ca_warn("CHROMALLOC_MACHINE: an item without '=' ignored"); continue; }
+    size_t k = (size_t)(eq - item), vl = n - k - 1;
+    int li = k == 3 && memcmp(item, "l1d", 3) == 0 ? 0 : k == 2 && memcmp(item, "l2", 2) == 0 ? 1
+           : k == 2 && memcmp(item, "l3", 2) == 0 ? 2 : -1;
+    if (li >= 0) { lv[li] = parse_level(eq + 1, vl, (uint32_t)li + 1, line); continue; }
+    if (k == 5 && memcmp(item, "index", 5) == 0) {
+      if (vl == 6 && memcmp(eq + 1, "hashed", 6) == 0) m->hashed = true;
+      else if (!(vl == 6 && memcmp(eq + 1, "linear", 6) == 0)) _ca_warn("CHROMALLOC_MACHINE: index is linear or hashed; linear used");
+      continue;
+    }
+    if (k == 4 && memcmp(item, "line", 4) == 0) continue;
+    if (k == 8 && memcmp(item, "probe_us", 8) == 0) {
+      char v[16];
+      size_t len = vl < sizeof v - 1 ? vl : sizeof v - 1;
+      memcpy(v, eq + 1, len);
+      v[len] = 0;
+      m->probe_ns = parse_size(v) * 1000;
+      continue;
+    }
+    _ca_warn("CHROMALLOC_MACHINE: unknown item ignored (l1d, l2, l3, line, index, probe_us)");
+  }
+  if (lv[0].ways == 0) { _ca_warn("CHROMALLOC_MACHINE: no valid l1d=SIZE/WAYS: the machine is read instead"); return false; }
+  for (int i = 0; i < 3; i++) if (lv[i].ways != 0) m->levels[m->nlevels++] = lv[i];
+  m->simulated = true;
+  return true;
+}
+
 void _ca_machine_init(void) {
   ca_machine_t* m = &_ca_machine;
   memset(m, 0, sizeof *m);
-  if (from_sysfs(m)) m->source = "sysfs";
+  const char* d = getenv("CHROMALLOC_MACHINE");
+  if (d != NULL && d[0] != 0 && described(m, d)) m->source = "described";
+  else if ((memset(m, 0, sizeof *m), from_sysfs(m))) m->source = "sysfs";
   else if (from_cpuid(m)) m->source = "cpuid";
   else {
     /* a common L1d: 32 KiB, 8 ways, 64-byte lines */

@@ -497,9 +497,18 @@ static const ca_cache_level_t* colour_level(void) {
   return best;
 }
 
+/* The machine a profile is for: the CPU's model name, or the description of a described one
+   (a profile of one is never taken for the other). */
 void _ca_read_cpu_model(char* out, size_t len) {
-  int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
   out[0] = 0;
+  const char* d = getenv("CHROMALLOC_MACHINE");
+  if (_ca_machine.simulated && d != NULL) {
+    ca_buf_t b = ca_buf(out, len);
+    ca_buf_str(&b, "described: ");
+    for (; *d; d++) ca_buf_char(&b, *d == '"' ? '\'' : *d);
+    return;
+  }
+  int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   char buf[4096];
   ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -585,7 +594,7 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
   ca_timing_probe_t tp;
   memset(&tp, 0, sizeof tp);
   size_t stream = (size_t)(lv->size > (1u << 20) ? lv->size : (1u << 20));
-  bool ok = _ca_probe_timing_init(&tp, stream, _ca_machine.l1d.ways);
+  bool ok = _ca_probe_init(&tp, stream, _ca_machine.l1d.ways);
   cal->ticks_per_us = _ca_ticks_per_us();
   ca_probe_t* p = &tp.base;
   uint64_t rng = 0x2545F4914F6CDD1Dull ^ _ca_clock_ns();

@@ -101,6 +101,14 @@ typedef struct ca_timing_probe_s {
 } ca_timing_probe_t;
 
 bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways);
+/* a described machine's simulated L2 (simcache.c), instead of timing */
+bool     _ca_probe_sim_init(ca_timing_probe_t* tp);
+void     _ca_sim_moved(const void* from, const void* to, size_t npages);   /* frames follow moved pages */
+int      _ca_sim_colour(const void* p);                                 /* -1: not simulated */
+/* the probe of this machine: simulated when it is described, else timed */
+static inline bool _ca_probe_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways) {
+  return _ca_machine.simulated ? _ca_probe_sim_init(tp) : _ca_probe_timing_init(tp, level_bytes, l1_ways);
+}
 uint64_t _ca_ticks(void);
 double   _ca_ticks_per_us(void);
 

@@ -535,7 +535,7 @@ static void discover_first(uint32_t expected, size_t level_bytes, uint64_t* rng)
   for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
     uint32_t had = L.map.ncolours;
     _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, &L.disc);
-    if (L.map.ncolours == had && !_ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
+    if (L.map.ncolours == had && !_ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
   }
 }
 
@@ -560,7 +560,7 @@ static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t
   if (estimate_colours_from_pages(expected) == expected) return expected;
   forget_sets();
   L.probe_remeasured++;
-  _ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
+  _ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
   discover_first(expected, level_bytes, rng);
   if (L.map.ncolours >= 2 && estimate_colours_from_pages(expected) == expected) return expected;
   _ca_colour_discover(&L.probe.base, &L.map, &L.src, 0, expected, 60000, rng, &L.disc);
@@ -604,7 +604,7 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
   uint64_t t0 = _ca_clock_ns();
   for (int tries = 0; tries < 15 && !probe; tries++) {
     if (tries > 0) { struct timespec t = { 1, 0 }; nanosleep(&t, NULL); }
-    probe = _ca_probe_timing_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
+    probe = _ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
   }
   L.probe_ns = _ca_clock_ns() - t0;
   if (!probe) { *why = "timing cannot tell the L2 from what lies beyond it"; return START_RETRY; }

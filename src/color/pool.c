@@ -91,7 +91,11 @@ uint8_t* _ca_pool_supply(size_t npages) {
 }
 
 /* Move the page at src to dst (both page aligned), keeping its frame. */
-static bool move_page(void* src, void* dst) { return _ca_os_move(src, dst, CA_OS_PAGE); }
+static bool move_page(void* src, void* dst) {
+  if (!_ca_os_move(src, dst, CA_OS_PAGE)) return false;
+  _ca_sim_moved(src, dst, 1);
+  return true;
+}
 
 /* Fill [base, base + bytes) with pages from pool: all of them or none.  Called with the
    layer's lock held. */

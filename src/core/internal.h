@@ -128,7 +128,10 @@ typedef struct ca_machine_s {
   ca_cache_level_t l1d;
   ca_cache_level_t levels[4];    /* data/unified levels found, L1d first */
   uint32_t         nlevels;
-  const char*      source;       /* "sysfs", "cpuid" or "default" */
+  const char*      source;       /* "sysfs", "cpuid", "default" or "described" */
+  bool             simulated;    /* described (CHROMALLOC_MACHINE): the colour layer simulates it */
+  bool             hashed;       /* ... with a hashed index */
+  uint32_t         probe_ns;     /* ... each simulated eviction test costing this long */
 } ca_machine_t;
 
 extern ca_machine_t _ca_machine;
