@@ -970,6 +970,17 @@ static bool drop_oldest_gone(int g) {
   return true;
 }
 
+/* The least a group's member may stand for: its GROUP_MEMBERS then hold the L2's worth of cold
+   members and 16 warm ones, whose pairs see more than the L2 referenced in between.  (With every
+   32 KiB chunk a member, a 2 MiB L2 took 64 cold members, more than a group holds, and no group
+   of a streamed context judged a pair.) */
+size_t _ca_monitor_member_least(void) {
+  size_t l2 = M.l2;
+  for (uint32_t i = 0; l2 == 0 && i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) l2 = _ca_machine.levels[i].size;
+  if (l2 == 0) l2 = (size_t)1 << 20;
+  return (l2 + GROUP_MEMBERS - 16 - 1) / (GROUP_MEMBERS - 16);
+}
+
 /* A group of members standing for `stride` bytes each takes the L2's worth of them (not judged:
    they mark footprint) and GROUP_WARM more.  With a fixed total of 64, members of 16 KiB or less
    (every chunk a member, nightwatch_monitor=1) filled the group before any was warm: pv

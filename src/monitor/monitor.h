@@ -40,6 +40,7 @@ bool   _ca_monitor_start(void* p, size_t n, uint64_t cookie);
 bool   _ca_monitor_start_member(void* p, uint64_t cookie, size_t stride, bool start);
 bool   _ca_monitor_member_room(uint64_t cookie, bool start);   /* a member could join (no lock) */
 uint32_t _ca_monitor_group_pages(size_t stride);    /* members of `stride` bytes a group takes in all */
+size_t _ca_monitor_member_least(void);              /* bytes a member stands for at least */
 int    _ca_monitor_tracer(const char* status, size_t n);   /* TracerPid of a status text (pure) */
 /* The chunk is freed or resized: stop, give the verdict if the evidence suffices. */
 void   _ca_monitor_stop(void* p);

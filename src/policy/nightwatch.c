@@ -543,10 +543,13 @@ static void update_routes(void) {
 
 /* What a member of n bytes stands for: a small chunk, or a chunk below the sampling period, the
    period's bytes of its context's allocations (one is sampled per period); with every chunk
-   monitored, every one joins and stands for itself. */
+   monitored, every one joins and stands for itself, unless that is below the least a group's
+   member must stand for (monitor.c): then one chunk in k joins, standing for k of them. */
 static size_t member_stride(size_t n) {
-  size_t period = (size_t)_ca_sample_period;
-  return n < CA_OS_PAGE ? period : NW.monitor_all || n >= period ? n : period;
+  size_t period = (size_t)_ca_sample_period, least = _ca_monitor_member_least();
+  if (n < CA_OS_PAGE) return period;
+  if (!NW.monitor_all) return n >= period ? n : period;
+  return n >= least ? n : n * ((least + n - 1) / n);
 }
 
 /* A member of its context's group in the monitor; NULL when the group has no room (the core
@@ -645,7 +648,7 @@ static void on_group_verdict(int ctx, const ca_monitor_result_t* r) {
 static inline bool may_monitor(nw_ctx_t* c, int ctx, size_t n) {
   if (n < NW.judged_min) {
     if (!NW.groups) return false;
-    if (c->group_on) return NW.monitor_all || atomic_load_explicit(&c->bytes, ca_relaxed) >= c->member_bytes;
+    if (c->group_on) return atomic_load_explicit(&c->bytes, ca_relaxed) >= c->member_bytes;
   }
   if (NW.monitor_all) return true;
   return _ca_nw_should_monitor(ctx) && atomic_load_explicit(&c->inflight, ca_relaxed) == 0;
