@@ -16,7 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
+/* the L2's size, as CHROMALLOC_MACHINE describes it or as the machine says */
 static inline size_t l2_bytes(void) {
+  const char* d = getenv("CHROMALLOC_MACHINE");
+  const char* at = d ? strstr(d, "l2=") : NULL;
+  if (at != NULL) {
+    char* end;
+    unsigned long v = strtoul(at + 3, &end, 10);
+    if (*end == 'K') v <<= 10; else if (*end == 'M') v <<= 20;
+    if (v >= (64 << 10)) return v;
+  }
   long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
   return v >= (64 << 10) ? (size_t)v : (size_t)1 << 20;
 }

@@ -70,6 +70,7 @@ static int failing_twice(void* arg) {
     /* this machine's timing failed too (a loud host, or no measurable L2): the injected
        failures were counted, and the state is one a real failure gives */
     fprintf(stderr, "test_colour_start: the real start did not finish (state %d): ready path not checked\n", st);
+    CHECK(!machine_described());                    /* a described machine's always does */
     CHECK(st == CA_COLOURS_CALIBRATING || st == CA_COLOURS_UNAVAILABLE);
   }
   return check_failures;
@@ -93,7 +94,10 @@ static int no_sets_found(void* arg) {
   CHECK_EQ(stats_value("colours", "start_failures"), 1);
   CHECK(reason_is("could not measure the colours of the L2"));
   if (_ca_colour_prepare(id, 8, 60000) == 0) CHECK(stats_value("colours", "eviction_sets") >= 2);
-  else fprintf(stderr, "test_colour_start: the real start did not finish (state %d): ready path not checked\n", _ca_colour_state());
+  else {
+    CHECK(!machine_described());
+    fprintf(stderr, "test_colour_start: the real start did not finish (state %d): ready path not checked\n", _ca_colour_state());
+  }
   return check_failures;
 }
 
@@ -106,6 +110,7 @@ static int dropped_when_ready(void* arg) {
   CHECK(id > 0);
   if (_ca_colour_prepare(id, 8, 60000) != 0) {
     fprintf(stderr, "test_colour_start: the real start did not finish (state %d): drops not checked\n", _ca_colour_state());
+    CHECK(!machine_described());
     return check_failures;
   }
   long long f0 = stats_value("colours", "start_failures");
@@ -115,6 +120,7 @@ static int dropped_when_ready(void* arg) {
   CHECK_EQ(_ca_colour_state(), CA_COLOURS_READY);   /* ready meanwhile: spans ordinary memory */
   if (_ca_colour_prepare(id, 8, 60000) != 0) {      /* found again and stocked */
     fprintf(stderr, "test_colour_start: the sets were not found again (a loud host): the count in a row not checked\n");
+    CHECK(!machine_described());
     return check_failures;
   }
   _ca_colour_test_drop_sets(4);                     /* 7 in all, 4 in a row */

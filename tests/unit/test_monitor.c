@@ -31,8 +31,15 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#define PAGES 16
-#define BYTES (PAGES * 4096)
+/* A monitored buffer: 16 pages, or what a group's member stands for at least (an L2 / 24,
+   monitor.c), so that every one of them is a member of its group on any L2 */
+static size_t PAGES = 16, BYTES = 16 * 4096;
+static void buffer_size(void) {
+  long long l2 = chromalloc_version != NULL ? stats_value("monitor", "l2_bytes") : 0;
+  size_t least = l2 > 0 ? ((size_t)l2 / 24 + 4095) / 4096 : 0;
+  if (least > PAGES) PAGES = least;
+  BYTES = PAGES * 4096;
+}
 
 static void fill(unsigned char* p, size_t n, unsigned seed) { for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 7 + seed); }
 static bool same(const unsigned char* p, size_t n, unsigned seed) {
@@ -284,7 +291,7 @@ static void test_fork_while_rearming(void) {
 static void test_own_mprotect(void) {
   unsigned char* p = armed_buffer(3);
   unsigned char* page = (unsigned char*)(((uintptr_t)p + 4095) & ~(uintptr_t)4095);
-  for (int i = 0; i < PAGES - 1; i++) {
+  for (size_t i = 0; i < PAGES - 1; i++) {
     CHECK(mprotect(page + i * 4096, 4096, PROT_READ) == 0);
   }
   CHECK(same(p, BYTES, 3));                   /* readable everywhere */
@@ -392,30 +399,33 @@ static void test_contexts(void) {
 
 /* A page opened by its first reference is protected again at the program's next allocator
    call once its burst (20 us) is over, with no monitor thread involved (that looks only after
-   200 us).  Run first: the chunk is the first member of its group.  Judged only when the
-   window from the reference to the call took under 150 us: a vCPU taken away for longer lets
-   the monitor thread re-protect the page first (failed once in 14 `make -j2 test` runs,
-   2026-11-29). */
+   200 us).  Run first: the chunk is the first member of its group.  A try counts only when the
+   window from the reference to the call took under 150 us (a vCPU taken away for longer lets
+   the monitor thread re-protect the page first: once in 14 `make -j2 test` runs); up to 20
+   tries, each with a chunk of its own, and one of them must count. */
 static void* volatile kept;
 static void test_tick(void) {
   if (chromalloc_version == NULL) return;
-  unsigned char* p = malloc(BYTES);          /* a member of its group by its first page */
-  CHECK(p != NULL);
-  long long r0 = stats_value("monitor", "rearms_by_allocator_calls");
-  long long f0 = stats_value("monitor", "first_refs");
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  p[0] = 1;                                  /* its first reference: the page opens */
-  do clock_gettime(CLOCK_MONOTONIC, &b); while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 60000);
-  unsigned char* q = malloc(BYTES);          /* re-protects it */
-  kept = q;                                  /* (not optimised away with its free) */
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  long ns = (b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec;
-  CHECK_EQ(stats_value("monitor", "first_refs"), f0 + 1);
-  if (ns < 150000) CHECK(stats_value("monitor", "rearms_by_allocator_calls") > r0);
-  else fprintf(stderr, "test_monitor: the tick took %ld us (the host took the vCPU): its re-protection not checked\n", ns / 1000);
-  CHECK_EQ(p[0], 1);                         /* and the next reference is resolved */
-  free(q); free(p);
+  int judged = 0;
+  for (int tries = 0; tries < 20 && judged == 0; tries++) {
+    unsigned char* p = malloc(BYTES);        /* a member of its group by its first page */
+    CHECK(p != NULL);
+    long long r0 = stats_value("monitor", "rearms_by_allocator_calls");
+    long long f0 = stats_value("monitor", "first_refs");
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    p[0] = 1;                                /* its first reference: the page opens */
+    do clock_gettime(CLOCK_MONOTONIC, &b); while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 60000);
+    unsigned char* q = malloc(BYTES);        /* re-protects it */
+    kept = q;                                /* (not optimised away with its free) */
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    long ns = (b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec;
+    CHECK_EQ(stats_value("monitor", "first_refs"), f0 + 1);
+    if (ns < 150000) { judged++; CHECK(stats_value("monitor", "rearms_by_allocator_calls") > r0); }
+    CHECK_EQ(p[0], 1);                       /* and the next reference is resolved */
+    free(q); free(p);
+  }
+  CHECK_EQ(judged, 1);
 }
 
 /* A group whose members are each used once and freed at once judges nothing: it ends when enough
@@ -481,6 +491,7 @@ int main(int argc, char** argv) {
     perror("execv");
     return 1;
   }
+  buffer_size();
   test_tick();
   test_fruitless_group();
   test_memory_access();

@@ -398,6 +398,7 @@ static void test_nightwatch(void) {
   }
   if (_ca_policy == NULL) {
     fprintf(stderr, "test_small: NightWatch turned itself off: routing not checked\n");
+    CHECK(!machine_described());
     return;
   }
   fprintf(stderr, "nightwatch: class of 2048 B routed after %d passes of %zu messages, %zu of the next pass's from the "
@@ -445,6 +446,7 @@ static void test_medium(void) {
   }
   if (_ca_policy == NULL) {
     fprintf(stderr, "test_small: NightWatch turned itself off: medium chunks not checked\n");
+    CHECK(!machine_described());
     free(pkt);
     return;
   }
@@ -493,6 +495,7 @@ static void test_medium_sampled(void) {
   }
   if (_ca_policy == NULL) {
     fprintf(stderr, "test_small: NightWatch turned itself off: sampled medium chunks not checked\n");
+    CHECK(!machine_described());
     free(pkt);
     return;
   }
@@ -525,6 +528,7 @@ static bool colours_ready(void) {
   if (set > 0 && chromalloc_colours_prepare(set, 4 << 20, 90000) == 0) return true;
   fprintf(stderr, "test_small: the colour layer is not ready (%s): NightWatch's routing and placement not checked\n",
           set > 0 ? strerror(errno) : "no colour set");
+  CHECK(!machine_described());
   return false;
 }
 

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""The test suite's runner (`make test` calls it once the test programs are built).
+
+Every test is one program run with an environment of its own:
+  - HOME, XDG_CACHE_HOME, TMPDIR and CHROMALLOC_PROFILE point into build/tests/work/NAME, so no
+    test reads or writes the user's home, cache directory or machine profile;
+  - CHROMALLOC_MACHINE describes the machine (cachemodel.c): the colour layer then simulates
+    that machine's L2 instead of timing this host's, so the outcome of a test never depends on
+    this host's timing; a test that measures the real machine belongs to `make check-machine`.
+Tests whose logic depends on the cache geometry run once per geometry of GEOMETRIES (and the
+quick geometry check on every L2 x L1d x index combination).
+
+Exit status 77 means "not run here" (the log's last line says why).  The last line printed is
+"N passed, N failed" (", N skipped" when any were), counting test programs; the status is 1
+when any failed.
+
+  python3 tests/run.py [--jobs N] [--list] [NAME_SUBSTRING ...]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# L2s seen on the machines chromalloc runs on (AMD Zen 3, Zen 4, Zen 5; Intel server, client).
+GEOMETRIES = [
+    ("zen3", "l2=512K/8,l3=32M/16"),       # 16 colours
+    ("zen4", "l2=1M/8,l3=32M/16"),         # 32 colours
+    ("zen5", "l2=1M/16,l3=32M/16"),        # 16 colours
+    ("xeon", "l2=2M/16,l3=60M/15"),        # 32 colours
+    ("client", "l2=1280K/10,l3=24M/12"),   # 32 colours
+]
+L1DS = [("l1d32", "l1d=32K/8"), ("l1d48", "l1d=48K/12")]
+INDEXES = ["linear", "hashed"]
+
+
+def machine(geometry, l1d, index):
+    g = dict(GEOMETRIES)[geometry]
+    return "%s,%s,index=%s" % (dict(L1DS)[l1d], g, index)
+
+
+# the machine of tests that do not depend on the geometry
+DEFAULT = machine("zen4", "l1d32", "hashed")
+
+
+class Test:
+    def __init__(self, name, cmd, env=None, described=DEFAULT, timeout=300):
+        self.name, self.cmd, self.env, self.described, self.timeout = name, cmd, env or {}, described, timeout
+
+
+def suite(build):
+    b = os.path.join(build, "tests")
+    so = os.path.join(build, "libchromalloc.so")
+    preload = {"LD_PRELOAD": so}
+    tests = []
+    add = lambda *a, **k: tests.append(Test(*a, **k))
+    unit = ["api", "stress", "fork", "threads", "enomem", "invalid_free", "rss", "colour_api", "monitor"]
+    internal = ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect"]
+    # the program tests, three ways each: linked, static, preloaded
+    for t in unit:
+        add("%s-shared" % t, [os.path.join(b, "test_%s-shared" % t)])
+        add("%s-static" % t, [os.path.join(b, "test_%s-static" % t)])
+        add("%s-preload" % t, [os.path.join(b, "test_%s-plain" % t)], preload)
+    for t in internal:
+        add(t, [os.path.join(b, "test_%s-static" % t)])
+    # geometry: the quick check on every combination, the tests whose logic depends on it on
+    # every L2 (the L1d and the index alternating)
+    for g, _ in GEOMETRIES:
+        for l1d, _ in L1DS:
+            for ix in INDEXES:
+                add("geometry-%s-%s-%s" % (g, l1d, ix), [os.path.join(b, "test_geometry-static")],
+                    described=machine(g, l1d, ix))
+    for k, (g, _) in enumerate(GEOMETRIES):
+        m = machine(g, L1DS[k % 2][0], INDEXES[(k // 2) % 2])
+        if g == "zen4":
+            continue                        # the default machine: run above
+        add("api-%s" % g, [os.path.join(b, "test_api-plain")], preload, described=m)
+        add("colour_api-%s" % g, [os.path.join(b, "test_colour_api-plain")], preload, described=m)
+        add("monitor-%s" % g, [os.path.join(b, "test_monitor-plain")], preload, described=m)
+        for t in ["colour_start", "nightwatch", "small", "protect"]:
+            add("%s-%s" % (t, g), [os.path.join(b, "test_%s-static" % t)], described=m)
+    # the colour layer unavailable: by option, or by a machine profile that says so
+    add("colour-off-option", [os.path.join(b, "test_colour_api-plain"), "disabled"],
+        dict(preload, CHROMALLOC_OPTIONS="colours=0"))
+    add("colour-off-profile", ["sh", os.path.join(ROOT, "tests/unit/colour_off_profile.sh"), b, so])
+    # colour_worker: the worker keeps within its share of a CPU while it stocks a big pool
+    # (each simulated eviction test costing 10 us, as a timed one does)
+    add("colour-pace", [os.path.join(b, "test_colour_api-plain"), "pace"],
+        dict(preload, CHROMALLOC_OPTIONS="colour_worker=10,colour_pool=64"),
+        described=DEFAULT + ",probe_us=10")
+    add("colour-audit", ["sh", os.path.join(ROOT, "tests/unit/colour_audit.sh"), b, so])
+    # nightwatch_delay: a polluter before it leaves the colour layer off
+    add("delay-off", [os.path.join(b, "test_monitor-plain"), "delay-off"],
+        dict(preload, CHROMALLOC_OPTIONS="nightwatch=1,nightwatch_monitor=1,nightwatch_delay=3600000"))
+    add("delay-on", [os.path.join(b, "test_monitor-plain"), "delay-on"],
+        dict(preload, CHROMALLOC_OPTIONS="nightwatch=1,nightwatch_monitor=1,nightwatch_delay=0"))
+    # the profile: where it is read from, and never the user's
+    add("profile", [os.path.join(b, "test_profile-static")])
+    add("profile-isolation", ["sh", os.path.join(ROOT, "tests/unit/profile_isolation.sh"), b])
+    # the stress tests under options that change the slow paths
+    for k, o in enumerate(["segment_cache=0,purge_delay=0", "purge_delay=-1,colour=0", "layout=ciu,thp=1"]):
+        for t in ["stress", "threads", "fork"]:
+            add("%s-options%d" % (t, k + 1), [os.path.join(b, "test_%s-plain" % t)], dict(preload, CHROMALLOC_OPTIONS=o))
+    # real programs, with and without NightWatch monitoring every chunk
+    run_sh = os.path.join(ROOT, "tests/programs/run.sh")
+    for p in ["python3", "sqlite3", "git", "cc", "xz", "kbuf", "cxx"]:
+        add("program-%s" % p, ["bash", run_sh, so, p], {"CHROMALLOC_CHECK_STATS": "1", "BUILD_DIR": b})
+        add("program-%s-monitored" % p, ["bash", run_sh, so, p],
+            {"CHROMALLOC_OPTIONS": "nightwatch=1,nightwatch_monitor=1", "BUILD_DIR": b})
+    add("install", ["bash", os.path.join(ROOT, "tests/install/run.sh")], described=None)
+    add("report", ["bash", os.path.join(ROOT, "tests/tools/report.sh")], described=None)
+    add("docs", ["sh", "-c", "%s options --markdown --lib %s | diff -u %s -" %
+                 (os.path.join(ROOT, "tools/chromalloc"), so, os.path.join(ROOT, "docs/options.md"))], described=None)
+    return tests
+
+
+def environment(t, build):
+    work = os.path.join(build, "tests", "work", t.name)
+    shutil.rmtree(work, ignore_errors=True)
+    for d in ("home", "cache", "tmp"):
+        os.makedirs(os.path.join(work, d))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHROMALLOC_") and k != "LD_PRELOAD"}
+    env.update(HOME=os.path.join(work, "home"), XDG_CACHE_HOME=os.path.join(work, "cache"),
+               TMPDIR=os.path.join(work, "tmp"), CHROMALLOC_PROFILE=os.path.join(work, "profile.json"),
+               TEST_WORK=work)
+    if t.described:
+        env["CHROMALLOC_MACHINE"] = t.described
+    env.update(t.env)
+    return env
+
+
+def run(t, build):
+    log = os.path.join(build, "tests", "logs", t.name + ".log")
+    start = time.monotonic()
+    with open(log, "w") as out:
+        if t.described:
+            out.write("CHROMALLOC_MACHINE=%s\n" % t.described)
+        out.write("$ %s\n" % " ".join(t.cmd))
+        out.flush()
+        try:
+            rc = subprocess.run(t.cmd, env=environment(t, build), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, timeout=t.timeout, cwd=ROOT).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout after %d s" % t.timeout
+    return t, rc, time.monotonic() - start, log
+
+
+def tail(path, n):
+    with open(path, errors="replace") as f:
+        return f.read().splitlines()[-n:]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("names", nargs="*")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    tests = [t for t in suite(build) if not a.names or any(n in t.name for n in a.names)]
+    if a.list:
+        for t in tests:
+            print(t.name)
+        return 0
+    os.makedirs(os.path.join(build, "tests", "logs"), exist_ok=True)
+    passed, failed, skipped = [], [], []
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        for t, rc, secs, log in pool.map(lambda t: run(t, build), tests):
+            if rc == 0:
+                passed.append(t.name)
+                print("PASS %s (%.1f s)" % (t.name, secs), flush=True)
+            elif rc == 77:
+                skipped.append(t.name)
+                print("SKIP %s: %s" % (t.name, (tail(log, 1) or ["?"])[0]), flush=True)
+            else:
+                failed.append(t.name)
+                print("FAIL %s (%s, %.1f s; log %s)" % (t.name, "exit %d" % rc if isinstance(rc, int) else rc, secs,
+                                                          os.path.relpath(log, ROOT)), flush=True)
+                for line in tail(log, 25):
+                    print("    " + line)
+    if failed:
+        print("failed: " + " ".join(failed))
+    print("%d passed, %d failed%s" % (len(passed), len(failed), ", %d skipped" % len(skipped) if skipped else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

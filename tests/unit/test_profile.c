@@ -1,0 +1,119 @@
+/* The machine profile (internal interfaces, static link only): where it is looked for
+   ($CHROMALLOC_PROFILE, else $XDG_CACHE_HOME/chromalloc/profile.json, else
+   $HOME/.cache/chromalloc/profile.json, else nowhere), that a saved profile reads back and one
+   made for another machine is ignored, that `chromalloc_calibrate` writes where it is told and
+   nowhere else, and that the colour layer starts from a profile it finds (no discovery) and
+   not from one it must not use.  Every file is the test's own, under $TEST_WORK (tests/run.py). */
+#include "check.h"
+#include "../../src/color/colour.h"
+#include "../../include/chromalloc.h"
+#include <sys/stat.h>
+
+static char work[400];
+
+static const char* path_in(const char* rel) {
+  static char p[4][512];
+  static int k;
+  char* out = p[k++ & 3];
+  snprintf(out, 512, "%s/%s", work, rel);
+  return out;
+}
+
+static bool exists(const char* p) { struct stat st; return stat(p, &st) == 0; }
+
+static void test_path(void) {
+  char got[512];
+  setenv("CHROMALLOC_PROFILE", path_in("given.json"), 1);
+  setenv("XDG_CACHE_HOME", path_in("xdg"), 1);
+  setenv("HOME", path_in("home"), 1);
+  CHECK(_ca_profile_path(got, sizeof got) && strcmp(got, path_in("given.json")) == 0);
+  unsetenv("CHROMALLOC_PROFILE");
+  CHECK(_ca_profile_path(got, sizeof got) && strcmp(got, path_in("xdg/chromalloc/profile.json")) == 0);
+  unsetenv("XDG_CACHE_HOME");
+  CHECK(_ca_profile_path(got, sizeof got) && strcmp(got, path_in("home/.cache/chromalloc/profile.json")) == 0);
+  unsetenv("HOME");
+  CHECK(!_ca_profile_path(got, sizeof got));
+  setenv("HOME", path_in("home"), 1);
+}
+
+static void test_save_load(void) {
+  ca_calibration_t a, b;
+  memset(&a, 0, sizeof a);
+  _ca_read_cpu_model(a.cpu, sizeof a.cpu);
+  a.usable = true; a.level = 2; a.method = CA_METHOD_TIMING; a.colours = 16; a.ways = 8; a.line = 64;
+  setenv("CHROMALLOC_PROFILE", path_in("deep/dir/p.json"), 1);
+  CHECK(_ca_profile_save(&a, path_in("deep/dir/p.json")));        /* the parent is made */
+  CHECK(_ca_profile_load(&b));
+  CHECK(b.colours == 16 && b.ways == 8 && b.usable && strcmp(a.cpu, b.cpu) == 0);
+  /* made on another machine: ignored */
+  strcpy(a.cpu, "Another CPU 1");
+  CHECK(_ca_profile_save(&a, path_in("deep/dir/p.json")));
+  CHECK(!_ca_profile_load(&b));
+  /* not there: nothing */
+  setenv("CHROMALLOC_PROFILE", path_in("absent.json"), 1);
+  CHECK(!_ca_profile_load(&b));
+}
+
+/* a quick calibration of the machine (simulated when described), saved where it is told */
+static void test_calibrate(void) {
+  char summary[8192];
+  setenv("CHROMALLOC_PROFILE", path_in("unused.json"), 1);
+  int rc = chromalloc_calibrate(path_in("cal/profile.json"), CHROMALLOC_CALIBRATE_QUICK, summary, sizeof summary);
+  fprintf(stderr, "%s", summary);
+  if (machine_described()) CHECK_EQ(rc, 0);
+  CHECK(exists(path_in("cal/profile.json")));
+  CHECK(!exists(path_in("unused.json")));
+  CHECK(!exists(path_in("home/.cache/chromalloc")));
+  CHECK(!exists(path_in("xdg/chromalloc")));
+}
+
+/* The layer of a child started with the profile given: from the profile or not, and ready. */
+static int start_with(void* profile) {
+  setenv("CHROMALLOC_PROFILE", (const char*)profile, 1);
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 30000) == 0);
+  return check_failures;
+}
+
+static void test_layer_uses_profile(void) {
+  static char json[1 << 16];
+  pid_t pid = fork();
+  if (pid == 0) {
+    check_failures = check_passes = 0;
+    int r = start_with((void*)path_in("cal/profile.json"));
+    ca_buf_t b = ca_buf(json, sizeof json);
+    _ca_colour_stats_json(&b);
+    CHECK(strstr(json, "\"profile\":true") != NULL);
+    CHECK(strstr(json, "\"estimate_chunks\":0") != NULL);   /* no colour count estimated */
+    _exit(r + check_failures);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  pid = fork();
+  if (pid == 0) {
+    check_failures = check_passes = 0;
+    int r = start_with((void*)path_in("absent.json"));
+    ca_buf_t b = ca_buf(json, sizeof json);
+    _ca_colour_stats_json(&b);
+    CHECK(strstr(json, "\"profile\":false") != NULL);
+    _exit(r + check_failures);
+  }
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+int main(void) {
+  require_chromalloc("test_profile");
+  const char* w = getenv("TEST_WORK");
+  if (w == NULL || !machine_described()) {
+    fprintf(stderr, "test_profile: run it from tests/run.py (TEST_WORK, CHROMALLOC_MACHINE)\n");
+    return 2;
+  }
+  snprintf(work, sizeof work, "%s", w);
+  test_path();
+  test_save_load();
+  test_calibrate();
+  test_layer_uses_profile();
+  return check_done("test_profile");
+}
