@@ -12,49 +12,71 @@ WARN    = -Wall -Wextra -Wno-unused-parameter
 LIBFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden -ftls-model=initial-exec \
            -fno-semantic-interposition -fno-builtin-malloc -fno-builtin-calloc \
            -fno-builtin-realloc -fno-builtin-free -Iinclude
-LIB_SRC = $(wildcard src/core/*.c src/index/*.c src/color/*.c src/monitor/*.c src/policy/*.c src/api/*.c)
-LIB_OBJ = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
-LIB_HDR = $(wildcard src/*/*.h include/*.h)
-SO      = $(BUILD)/libchromalloc.so
-AR_LIB  = $(BUILD)/libchromalloc.a
+# Two libraries from one tree: the allocator alone (core + index-aware placement + the malloc
+# API) and the cache runtime (the same allocator plus the colour layer, the monitor and the
+# policies).  They share every object but the core's init, which the runtime's names its layers in.
+LEAN_SRC    = $(wildcard src/core/*.c src/index/*.c) src/api/malloc.c
+RUNTIME_SRC = $(wildcard src/color/*.c src/monitor/*.c src/policy/*.c) src/api/colours.c src/api/runtime.c
+LEAN_OBJ    = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LEAN_SRC))
+RUNTIME_OBJ = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC))
+COLOUR_OBJ  = $(filter-out $(BUILD)/obj/core/init.o,$(LEAN_OBJ)) $(BUILD)/obj/core/init-runtime.o $(RUNTIME_OBJ)
+LIB_HDR     = $(wildcard src/*/*.h include/*.h)
+SO          = $(BUILD)/libchromalloc.so
+AR_LIB      = $(BUILD)/libchromalloc.a
+CSO         = $(BUILD)/libchromalloc-colour.so
+CAR_LIB     = $(BUILD)/libchromalloc-colour.a
 
 .PHONY: all lib test demo bench docs clean install uninstall
 all: lib
 
-lib: $(SO) $(AR_LIB)
+lib: $(SO) $(AR_LIB) $(CSO) $(CAR_LIB)
 
 $(BUILD)/obj/%.o: src/%.c $(LIB_HDR) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(LIBFLAGS) -c $< -o $@
 
-$(SO): $(LIB_OBJ)
-	$(CC) -shared -pthread -Wl,-soname,libchromalloc.so -Wl,-z,relro,-z,now -o $@ $(LIB_OBJ)
+$(BUILD)/obj/core/init-runtime.o: src/core/init.c $(LIB_HDR) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(LIBFLAGS) -DCA_RUNTIME -c $< -o $@
 
-$(AR_LIB): $(LIB_OBJ)
+$(SO): $(LEAN_OBJ)
+	$(CC) -shared -pthread -Wl,-soname,libchromalloc.so -Wl,-z,relro,-z,now -o $@ $(LEAN_OBJ)
+
+$(AR_LIB): $(LEAN_OBJ)
 	@rm -f $@
-	ar rcs $@ $(LIB_OBJ)
+	ar rcs $@ $(LEAN_OBJ)
+
+$(CSO): $(COLOUR_OBJ)
+	$(CC) -shared -pthread -Wl,-soname,libchromalloc-colour.so -Wl,-z,relro,-z,now -o $@ $(COLOUR_OBJ) -ldl
+
+$(CAR_LIB): $(COLOUR_OBJ)
+	@rm -f $@
+	ar rcs $@ $(COLOUR_OBJ)
 
 VERSION = $(shell sed -n 's/^\#define CHROMALLOC_VERSION "\(.*\)"/\1/p' include/chromalloc.h)
 DESTDIR ?=
 SUBST   = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g'
 
-# Installs the library (shared + static), the header, the chromalloc tool, pkg-config and
-# CMake package files: `pkg-config --libs chromalloc`, `find_package(chromalloc)`.
+# Installs both libraries (shared + static), the header, the chromalloc tool, pkg-config and
+# CMake package files: `pkg-config --libs chromalloc` (or chromalloc-colour),
+# `find_package(chromalloc)`.
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc \
 	           $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(SO) $(DESTDIR)$(PREFIX)/lib/libchromalloc.so
-	install -m 644 $(AR_LIB) $(DESTDIR)$(PREFIX)/lib/libchromalloc.a
+	install -m 755 $(SO) $(CSO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(AR_LIB) $(CAR_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/chromalloc.h $(DESTDIR)$(PREFIX)/include/chromalloc.h
 	install -m 755 tools/chromalloc $(DESTDIR)$(PREFIX)/bin/chromalloc
 	$(SUBST) packaging/chromalloc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc.pc
+	$(SUBST) packaging/chromalloc-colour.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc-colour.pc
 	$(SUBST) packaging/chromallocConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc/chromallocConfig.cmake
 	$(SUBST) packaging/chromallocConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc/chromallocConfigVersion.cmake
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/libchromalloc.so $(DESTDIR)$(PREFIX)/lib/libchromalloc.a \
+	      $(DESTDIR)$(PREFIX)/lib/libchromalloc-colour.so $(DESTDIR)$(PREFIX)/lib/libchromalloc-colour.a \
 	      $(DESTDIR)$(PREFIX)/include/chromalloc.h $(DESTDIR)$(PREFIX)/bin/chromalloc \
-	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc.pc
+	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/chromalloc-colour.pc
 	rm -rf $(DESTDIR)$(PREFIX)/lib/cmake/chromalloc
 
 # Benchmarks against glibc, jemalloc, mimalloc and tcmalloc (installed from Debian packages by
@@ -78,7 +100,7 @@ demo: lib
 
 # Regenerate the generated parts of the documentation.
 docs: lib
-	tools/chromalloc options --markdown --lib $(abspath $(SO)) > docs/options.md
+	tools/chromalloc options --markdown --lib $(abspath $(CSO)) > docs/options.md
 
 clean:
 	rm -rf $(BUILD)

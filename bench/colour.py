@@ -32,7 +32,7 @@ from run import say, median  # bench/run.py, this directory
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
-LIB = ROOT / "build" / "libchromalloc.so"
+LIB = ROOT / "build" / "libchromalloc-colour.so"
 CONFIGS = ["alone", "ordinary", "coloured", "naive"]
 VICTIM_MEMORY = ["ordinary", "other7/8", "unreserved"]
 
@@ -42,7 +42,7 @@ def build(cc):
     for prog in ("pollute", "recolour", "confine", "sweep", "l3share"):   # confine, sweep, l3share: tools for docs, not run here
         cmd = [cc, "-O2", "-std=gnu11", "-pthread", "-Wall", "-Wextra", f"-I{ROOT / 'include'}",
                "-o", str(BUILD / prog), str(ROOT / "bench" / "colour" / f"{prog}.c"),
-               f"-L{LIB.parent}", f"-Wl,-rpath,{LIB.parent}", "-lchromalloc"]
+               f"-L{LIB.parent}", f"-Wl,-rpath,{LIB.parent}", "-lchromalloc-colour"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"build failed: {' '.join(cmd)}\n{r.stderr}")

@@ -30,7 +30,7 @@ PROG = ROOT / "build" / "bench" / "purity"
 def build():
     PROG.parent.mkdir(parents=True, exist_ok=True)
     cmd = [os.environ.get("CC", "cc"), "-O2", "-std=gnu11", "-Wall", "-Wextra", f"-I{ROOT / 'include'}", "-o", str(PROG),
-           str(ROOT / "bench" / "colour" / "purity.c"), f"-L{ROOT / 'build'}", f"-Wl,-rpath,{ROOT / 'build'}", "-lchromalloc"]
+           str(ROOT / "bench" / "colour" / "purity.c"), f"-L{ROOT / 'build'}", f"-Wl,-rpath,{ROOT / 'build'}", "-lchromalloc-colour"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"colour_purity: build failed: {' '.join(cmd)}\n{r.stderr}")

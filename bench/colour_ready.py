@@ -5,7 +5,7 @@ compared in interleaved rounds (one process of each per round, so the host's moo
   python3 bench/colour_ready.py [--rounds 8] [--workload messages] [--frames 200] NAME=LIB.so[:OPTIONS] ...
 
 Each process is `pv WORKLOAD --frames=FRAMES --settle-ms=20000` (FRAMES 200 by default) under LD_PRELOAD=LIB with NightWatch on
-(CHROMALLOC_OPTIONS=nightwatch=1, then OPTIONS, e.g. `cap=build/libchromalloc.so:colour_worker=25`;
+(CHROMALLOC_OPTIONS=nightwatch=1, then OPTIONS, e.g. `cap=build/libchromalloc-colour.so:colour_worker=25`;
 with nightwatch=0 among them pv does not wait); pv waits up to 20 s for the restrictive pool,
 and the order of the configurations turns by one place per round.  The colour layer's state, eviction sets and
 ready time are read from CHROMALLOC_STATS.  A change to the timing probe, or anything that moves

@@ -83,7 +83,7 @@ from run import say, loud, median, geomean
 sys.dont_write_bytecode = True
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench" / "nightwatch"   # private: run.py may rebuild build/bench meanwhile
-LIB = ROOT / "build" / "libchromalloc.so"
+LIB = ROOT / "build" / "libchromalloc-colour.so"   # the cache runtime: NightWatch off and on
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 RESULTS = ROOT / "bench" / "results"
 
@@ -178,8 +178,8 @@ def snapshot_library(src):
     data = src.read_bytes()
     dst_dir = BUILD
     dst_dir.mkdir(parents=True, exist_ok=True)
-    dst = dst_dir / "libchromalloc.so"
-    tmp = dst_dir / ".libchromalloc.so.tmp"
+    dst = dst_dir / src.name
+    tmp = dst_dir / (".%s.tmp" % src.name)
     tmp.write_bytes(data)
     os.chmod(tmp, 0o755)
     os.replace(tmp, dst)
@@ -1172,7 +1172,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, help="repetitions (default 5; --quick 1)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, short workloads")
-    ap.add_argument("--chromalloc", help="libchromalloc.so to measure (default build/libchromalloc.so)")
+    ap.add_argument("--chromalloc", help="the cache runtime to measure (default build/libchromalloc-colour.so)")
     ap.add_argument("--only", help="comma-separated workloads (default: " + ",".join(WORKLOADS) + ")")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: corun, foundation, instructions, mimalloc")
     ap.add_argument("--corun-seconds", type=float, help="victim duration in the co-running runs (default 2)")

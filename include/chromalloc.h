@@ -1,8 +1,14 @@
-/* chromalloc: a cache-aware malloc for Linux.
-   Use it unchanged through LD_PRELOAD=libchromalloc.so, or link with -lchromalloc: it then
-   provides malloc, free, calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign,
-   valloc, pvalloc, malloc_usable_size, malloc_trim and the glibc __libc_* aliases.  This header
-   adds chromalloc's own extensions.  Options: CHROMALLOC_OPTIONS="key=value,..." (docs/options.md);
+/* chromalloc: a cache-aware malloc for Linux, in two libraries.
+   - libchromalloc (-lchromalloc, pkg-config chromalloc): the allocator alone.  Use it unchanged
+     through LD_PRELOAD=libchromalloc.so or link it: it provides malloc, free, calloc, realloc,
+     reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc, malloc_usable_size,
+     malloc_trim and the glibc __libc_* aliases, and the functions of the first part of this
+     header.  No thread, no signal handler, no other libc function replaced.
+   - libchromalloc-colour (-lchromalloc-colour, pkg-config chromalloc-colour): the cache
+     runtime, the same allocator plus cache colours and the NightWatch policy.  It provides
+     everything above and the colour API of the second part; it runs a worker thread, a monitor
+     thread and a SIGSEGV/SIGBUS handler, and wraps the libc calls that take buffers.
+   Link one of them, never both.  Options: CHROMALLOC_OPTIONS="key=value,..." (docs/options.md);
    statistics: CHROMALLOC_STATS=path.json (written at exit, "%p" in the path becomes the pid). */
 #ifndef CHROMALLOC_H
 #define CHROMALLOC_H
@@ -14,6 +20,8 @@ extern "C" {
 #endif
 
 #define CHROMALLOC_VERSION "0.1.0"
+
+/* ---- both libraries ------------------------------------------------------------------------ */
 
 /* Version string of the loaded library. */
 const char* chromalloc_version(void);
@@ -37,7 +45,7 @@ size_t chromalloc_options_describe(char* buf, size_t size);
    caches.  malloc_trim(0) does the same. */
 void chromalloc_collect(void);
 
-/* ---- cache colours ----------------------------------------------------------------------- */
+/* ---- cache colours: libchromalloc-colour only ------------------------------------------- */
 /* A colour is the group of L2 sets one 4 KiB page maps to (16 or 32 on the development machines).
    chromalloc finds them by timing (docs/colours.md) and hands out memory made of pages of
    chosen colours, so that data that would pollute the cache can be kept in a small slice of it.

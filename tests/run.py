@@ -54,67 +54,76 @@ class Test:
 
 def suite(build):
     b = os.path.join(build, "tests")
-    so = os.path.join(build, "libchromalloc.so")
-    preload = {"LD_PRELOAD": so}
+    so = os.path.join(build, "libchromalloc.so")              # the allocator alone
+    cso = os.path.join(build, "libchromalloc-colour.so")      # the cache runtime
+    lean, colour = {"LD_PRELOAD": so}, {"LD_PRELOAD": cso}
     tests = []
     add = lambda *a, **k: tests.append(Test(*a, **k))
-    unit = ["api", "stress", "fork", "threads", "enomem", "invalid_free", "rss", "colour_api", "monitor"]
-    internal = ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect"]
-    # the program tests, three ways each: linked, static, preloaded
-    for t in unit:
-        add("%s-shared" % t, [os.path.join(b, "test_%s-shared" % t)])
-        add("%s-static" % t, [os.path.join(b, "test_%s-static" % t)])
-        add("%s-preload" % t, [os.path.join(b, "test_%s-plain" % t)], preload)
-    for t in internal:
-        add(t, [os.path.join(b, "test_%s-static" % t)])
+    exe = lambda t, how: os.path.join(b, "test_%s-%s" % (t, how))
+    # the allocator's tests: linked (shared, static) and preloaded, then preloaded under the
+    # cache runtime (the same allocator, with NightWatch on)
+    for t in ["api", "stress", "fork", "threads", "enomem", "invalid_free", "rss", "lean"]:
+        add("%s-shared" % t, [exe(t, "shared")])
+        add("%s-static" % t, [exe(t, "static")])
+        add("%s-preload" % t, [exe(t, "plain")], lean)
+        if t != "lean":
+            add("%s-colour" % t, [exe(t, "plain")], colour)
+    # the cache runtime's: linked (shared, static) and preloaded
+    for t in ["colour_api", "monitor"]:
+        add("%s-shared" % t, [exe(t, "cshared")])
+        add("%s-static" % t, [exe(t, "cstatic")])
+        add("%s-preload" % t, [exe(t, "plain")], colour)
+    for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect"]:
+        add(t, [exe(t, "cstatic")])
+    # the layers hold at link time
+    add("lean-symbols", ["sh", os.path.join(ROOT, "tests/unit/lean_symbols.sh"), so])
+    add("core-alone", [os.path.join(b, "core-alone")])
     # geometry: the quick check on every combination, the tests whose logic depends on it on
     # every L2 (the L1d and the index alternating)
     for g, _ in GEOMETRIES:
         for l1d, _ in L1DS:
             for ix in INDEXES:
-                add("geometry-%s-%s-%s" % (g, l1d, ix), [os.path.join(b, "test_geometry-static")],
-                    described=machine(g, l1d, ix))
+                add("geometry-%s-%s-%s" % (g, l1d, ix), [exe("geometry", "cstatic")], described=machine(g, l1d, ix))
     for k, (g, _) in enumerate(GEOMETRIES):
         m = machine(g, L1DS[k % 2][0], INDEXES[(k // 2) % 2])
         if g == "zen4":
             continue                        # the default machine: run above
-        add("api-%s" % g, [os.path.join(b, "test_api-plain")], preload, described=m)
-        add("colour_api-%s" % g, [os.path.join(b, "test_colour_api-plain")], preload, described=m)
-        add("monitor-%s" % g, [os.path.join(b, "test_monitor-plain")], preload, described=m)
+        add("api-%s" % g, [exe("api", "plain")], lean, described=m)
+        add("colour_api-%s" % g, [exe("colour_api", "plain")], colour, described=m)
+        add("monitor-%s" % g, [exe("monitor", "plain")], colour, described=m)
         for t in ["colour_start", "nightwatch", "small", "protect"]:
-            add("%s-%s" % (t, g), [os.path.join(b, "test_%s-static" % t)], described=m)
+            add("%s-%s" % (t, g), [exe(t, "cstatic")], described=m)
     # the colour layer unavailable: by option, or by a machine profile that says so
-    add("colour-off-option", [os.path.join(b, "test_colour_api-plain"), "disabled"],
-        dict(preload, CHROMALLOC_OPTIONS="colours=0"))
-    add("colour-off-profile", ["sh", os.path.join(ROOT, "tests/unit/colour_off_profile.sh"), b, so])
+    add("colour-off-option", [exe("colour_api", "plain"), "disabled"], dict(colour, CHROMALLOC_OPTIONS="colours=0"))
+    add("colour-off-profile", ["sh", os.path.join(ROOT, "tests/unit/colour_off_profile.sh"), b, cso])
     # colour_worker: the worker keeps within its share of a CPU while it stocks a big pool
-    # (each simulated eviction test costing 10 us, as a timed one does)
-    add("colour-pace", [os.path.join(b, "test_colour_api-plain"), "pace"],
-        dict(preload, CHROMALLOC_OPTIONS="colour_worker=10,colour_pool=64"),
-        described=DEFAULT + ",probe_us=10")
-    add("colour-audit", ["sh", os.path.join(ROOT, "tests/unit/colour_audit.sh"), b, so])
+    add("colour-pace", ["sh", os.path.join(ROOT, "tests/unit/colour_pace.sh"), b, cso],
+        described=machine("zen3", "l1d32", "hashed") + ",probe_us=10")
+    add("colour-audit", ["sh", os.path.join(ROOT, "tests/unit/colour_audit.sh"), b, cso])
     # nightwatch_delay: a polluter before it leaves the colour layer off
-    add("delay-off", [os.path.join(b, "test_monitor-plain"), "delay-off"],
-        dict(preload, CHROMALLOC_OPTIONS="nightwatch=1,nightwatch_monitor=1,nightwatch_delay=3600000"))
-    add("delay-on", [os.path.join(b, "test_monitor-plain"), "delay-on"],
-        dict(preload, CHROMALLOC_OPTIONS="nightwatch=1,nightwatch_monitor=1,nightwatch_delay=0"))
+    add("delay-off", [exe("monitor", "plain"), "delay-off"],
+        dict(colour, CHROMALLOC_OPTIONS="nightwatch=1,nightwatch_monitor=1,nightwatch_delay=3600000"))
+    add("delay-on", [exe("monitor", "plain"), "delay-on"],
+        dict(colour, CHROMALLOC_OPTIONS="nightwatch=1,nightwatch_monitor=1,nightwatch_delay=0"))
     # the profile: where it is read from, and never the user's
-    add("profile", [os.path.join(b, "test_profile-static")])
+    add("profile", [exe("profile", "cstatic")])
     add("profile-isolation", ["sh", os.path.join(ROOT, "tests/unit/profile_isolation.sh"), b])
     # the stress tests under options that change the slow paths
     for k, o in enumerate(["segment_cache=0,purge_delay=0", "purge_delay=-1,colour=0", "layout=ciu,thp=1"]):
         for t in ["stress", "threads", "fork"]:
-            add("%s-options%d" % (t, k + 1), [os.path.join(b, "test_%s-plain" % t)], dict(preload, CHROMALLOC_OPTIONS=o))
-    # real programs, with and without NightWatch monitoring every chunk
+            add("%s-options%d" % (t, k + 1), [exe(t, "plain")], dict(lean, CHROMALLOC_OPTIONS=o))
+    # real programs: the allocator alone (statistics written), the cache runtime, and the cache
+    # runtime with NightWatch monitoring every chunk
     run_sh = os.path.join(ROOT, "tests/programs/run.sh")
     for p in ["python3", "sqlite3", "git", "cc", "xz", "kbuf", "cxx"]:
         add("program-%s" % p, ["bash", run_sh, so, p], {"CHROMALLOC_CHECK_STATS": "1", "BUILD_DIR": b})
-        add("program-%s-monitored" % p, ["bash", run_sh, so, p],
+        add("program-%s-colour" % p, ["bash", run_sh, cso, p], {"BUILD_DIR": b})
+        add("program-%s-monitored" % p, ["bash", run_sh, cso, p],
             {"CHROMALLOC_OPTIONS": "nightwatch=1,nightwatch_monitor=1", "BUILD_DIR": b})
-    add("install", ["bash", os.path.join(ROOT, "tests/install/run.sh")], described=None)
-    add("report", ["bash", os.path.join(ROOT, "tests/tools/report.sh")], described=None)
+    add("install", ["bash", os.path.join(ROOT, "tests/install/run.sh")])
+    add("report", ["bash", os.path.join(ROOT, "tests/tools/report.sh")])
     add("docs", ["sh", "-c", "%s options --markdown --lib %s | diff -u %s -" %
-                 (os.path.join(ROOT, "tools/chromalloc"), so, os.path.join(ROOT, "docs/options.md"))], described=None)
+                 (os.path.join(ROOT, "tools/chromalloc"), cso, os.path.join(ROOT, "docs/options.md"))])
     return tests
 
 
@@ -146,6 +155,8 @@ def run(t, build):
                                 stdin=subprocess.DEVNULL, timeout=t.timeout, cwd=ROOT).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout after %d s" % t.timeout
+        except OSError as e:
+            rc = "cannot run: %s" % e
     return t, rc, time.monotonic() - start, log
 
 

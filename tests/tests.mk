@@ -4,15 +4,18 @@
 # `make check-machine` measures the machine at hand instead: it reports, and never fails.
 #
 # Every program test is one C file built once without chromalloc (it reaches chromalloc's
-# extensions through weak symbols) and run three ways: linked against libchromalloc.so, linked
-# against libchromalloc.a, and as a plain binary under LD_PRELOAD.  Tests of internal
-# interfaces are linked statically only.
-TEST_NAMES = api stress fork threads enomem invalid_free rss colour_api monitor
+# extensions through weak symbols) and run linked against the shared library, linked against
+# the static archive, and as a plain binary under LD_PRELOAD.  Tests of internal interfaces are
+# linked statically only.
+# the allocator's tests: linked against libchromalloc.so and .a, and preloaded (both libraries)
+TEST_NAMES = api stress fork threads enomem invalid_free rss lean
+# the cache runtime's: linked against libchromalloc-colour.so and .a, and preloaded
+TEST_COLOUR = colour_api monitor
+# internal interfaces: linked with libchromalloc-colour.a (whole archive)
 TEST_INTERNAL = hooks colour colour_start nightwatch small pmu protect geometry profile
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-alloc-size-larger-than -Wno-free-nonheap-object -Wno-use-after-free -Wno-maybe-uninitialized -pthread -Iinclude
 TEST_BIN   = $(BUILD)/tests
 TEST_DEPS  = tests/unit/check.h bench/colour/l2reading.h
-ABS_SO     = $(abspath $(SO))
 
 $(TEST_BIN)/%-plain: tests/unit/%.c $(TEST_DEPS)
 	@mkdir -p $(TEST_BIN)
@@ -26,8 +29,22 @@ $(TEST_BIN)/%-static: tests/unit/%.c $(TEST_DEPS) $(AR_LIB)
 	@mkdir -p $(TEST_BIN)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -Wl,--whole-archive $(AR_LIB) -Wl,--no-whole-archive -ldl
 
+$(TEST_BIN)/%-cshared: tests/unit/%.c $(TEST_DEPS) $(CSO)
+	@mkdir -p $(TEST_BIN)
+	$(CC) $(TEST_CFLAGS) $< -o $@ -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) -lchromalloc-colour -ldl
+
+$(TEST_BIN)/%-cstatic: tests/unit/%.c $(TEST_DEPS) $(CAR_LIB)
+	@mkdir -p $(TEST_BIN)
+	$(CC) $(TEST_CFLAGS) $< -o $@ -Wl,--whole-archive $(CAR_LIB) -Wl,--no-whole-archive -ldl
+
+# the core and index-aware placement link into a program with libc alone
+$(TEST_BIN)/core-alone: tests/unit/core_alone.c $(LEAN_OBJ)
+	@mkdir -p $(TEST_BIN)
+	$(CC) $(TEST_CFLAGS) $< -o $@ $(filter $(BUILD)/obj/core/% $(BUILD)/obj/index/%,$(LEAN_OBJ)) -nodefaultlibs -lc -lgcc
+
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static) \
-            $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-static)
+            $(foreach t,$(TEST_COLOUR),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-cshared $(TEST_BIN)/test_$(t)-cstatic) \
+            $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-cstatic) $(TEST_BIN)/core-alone
 
 .PHONY: test test-build check-machine
 test-build: lib $(TEST_BINS)

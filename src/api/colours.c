@@ -1,20 +1,19 @@
-/* Exported colour API (include/chromalloc.h): colour sets, coloured allocation, recolouring,
-   and calibration for the `chromalloc calibrate` tool. */
+/* Exported colour API of the cache runtime (include/chromalloc.h): colour sets, coloured
+   allocation, recolouring, and calibration for the `chromalloc calibrate` tool. */
 #include "../color/colour.h"
-#include "../core/alloc.h"
 #include "../../include/chromalloc.h"
 
 #define ca_export __attribute__((visibility("default")))
 
 ca_export int chromalloc_colours(unsigned level, unsigned from, unsigned to, unsigned den) {
-  _ca_ensure_init();
+  _ca_started();
   if (level != 0 && level != 2) { errno = EINVAL; return -1; }   /* the L2 is what is coloured */
   return _ca_colour_set(from, to, den);
 }
 
 ca_export void* chromalloc_malloc_coloured(size_t size, int colours) {
   if (colours < 1 || colours > CA_COLOUR_SETS) { errno = EINVAL; return NULL; }
-  _ca_ensure_init();
+  _ca_started();
   _ca_colour_reserve_first(colours);
   return _ca_malloc_flavour(size, (uint8_t)colours);
 }
@@ -36,7 +35,7 @@ ca_export long chromalloc_recolour(void* p, size_t len, int colours) {
 ca_export int chromalloc_colours_reserve(int colours) { return _ca_colour_reserve(colours); }
 
 ca_export int chromalloc_calibrate(const char* profile, int flags, char* summary, size_t len) {
-  _ca_ensure_init();
+  _ca_started();
   static ca_calibration_t cal;
   bool usable = _ca_calibrate(&cal, (flags & CHROMALLOC_CALIBRATE_QUICK) != 0);
   ca_buf_t b = ca_buf(summary, len);

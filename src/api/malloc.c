@@ -16,19 +16,6 @@ ca_export void* malloc(size_t n) { return _ca_malloc(n); }
 
 ca_export void free(void* p) { _ca_free(p); }
 
-/* memory of a flavour (pages of a colour set): the thread's heap of that flavour */
-void* _ca_malloc_flavour(size_t n, uint8_t flavour) {
-  ca_heap_t* h = _ca_heap_flavour(flavour);
-  if (h == NULL) { errno = ENOMEM; return NULL; }
-  return _ca_heap_malloc(h, n);
-}
-
-void* _ca_calloc_slow(size_t n) {
-  void* p = _ca_malloc(n);
-  if (p != NULL) memset(p, 0, n);
-  return p;
-}
-
 static void* calloc_from(size_t n, const void* frame, const void* ret) {
   void* p = _ca_malloc_from(n, frame, ret);
   if (p != NULL) memset(p, 0, n);

@@ -38,10 +38,22 @@
 #ifndef CA_COLOUR_H
 #define CA_COLOUR_H
 
-#include "../core/internal.h"
-#include "../core/buf.h"
+#include "../core/hooks.h"
 
 #pragma GCC visibility push(hidden)
+
+/* ---- the layer's options (layer.c) ---------------------------------------------------------- */
+typedef enum ca_colour_option_e {
+  CA_COPT_COLOURS,        /* the colour layer: pages of chosen cache colours */
+  CA_COPT_POOL,           /* MiB of classified pages kept in stock per colour set */
+  CA_COPT_RESERVE,        /* a program's first allocation from a small end slice reserves it */
+  CA_COPT_WORKER,         /* % of a CPU the colour worker may take once ready */
+  CA_COPT_AUDIT,          /* small slices' pools judged by what their pages do to one another */
+  CA_COPT_COUNT
+} ca_colour_option_t;
+extern long _ca_colour_options[CA_COPT_COUNT];
+static inline long _ca_colour_opt(ca_colour_option_t o) { return _ca_colour_options[o]; }
+extern const ca_layer_t _ca_layer_colours;
 
 #define CA_COLOURS_MAX    64      /* colours of one level we can tell apart (a 64-bit mask) */
 #define CA_WAYS_MAX       32
@@ -208,6 +220,8 @@ void* _ca_colour_slot(void);                /* a parking address for a page whos
 void  _ca_colour_keep_frame(int id, void* slot, bool test);   /* parked page -> set id's pool, re-tested first
                                                               if `test` (id 0: slot unused) */
 void  _ca_colour_stats_json(ca_buf_t* b);
+void  _ca_colour_fork_child(void);
+void  _ca_colour_fork_parent(void);
 #define CA_COLOUR_START_TRIES 6   /* failed starts in a row before the layer is unavailable */
 void  _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms);   /* tests: before the first set */
 void  _ca_colour_test_no_sets(uint32_t n, uint32_t retry_ms);       /* tests: discovery finds none */

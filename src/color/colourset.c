@@ -15,7 +15,6 @@
    so the child's pools are dropped and its sets serve ordinary memory until re-stocked. */
 #define _GNU_SOURCE
 #include "colour.h"
-#include "../core/hooks.h"
 #include "../monitor/trap.h"
 #include <pthread.h>
 #include <sched.h>
@@ -251,7 +250,7 @@ static void* pool_take(int i, uint64_t* rng) {
    no small slice (by elimination, or more than a quarter of the colours), and with the audit
    off (option colour_audit=0). */
 static uint32_t audit_need(const ca_colour_set_t* s) {
-  if (!_ca_opt(CA_OPT_COLOUR_AUDIT)) return 0;
+  if (!_ca_colour_opt(CA_COPT_AUDIT)) return 0;
   uint32_t k = (uint32_t)__builtin_popcountll(s->mask), need = 2 * k * L.map.ways;
   return s->used && !s->by_elimination && k > 0 && k * 4 <= L.cal.colours && need <= CA_AUDIT_MAX ? need : 0;
 }
@@ -806,7 +805,7 @@ static void pace(void) {
   uint64_t cpu = worker_cpu_ns();
   if (L.pace_from_ns == 0 || atomic_load(&L.preparing) > 0 || cpu < L.pace_cpu_ns) return;   /* no clock: no pace */
   uint64_t ns = _ca_colour_pace_ns(cpu - L.pace_cpu_ns, _ca_clock_ns() - L.pace_from_ns,
-                                   (uint32_t)_ca_opt(CA_OPT_COLOUR_WORKER));
+                                   (uint32_t)_ca_colour_opt(CA_COPT_WORKER));
   if (ns == 0) return;
   uint64_t t = _ca_clock_ns();
   pthread_mutex_lock(&L.wake_lock);
@@ -1041,7 +1040,7 @@ static bool hook_span_ready(size_t bytes, uint32_t flavour) {
 
 static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released, hook_span_ready };
 
-static void fork_child(void) {
+void _ca_colour_fork_child(void) {
   /* the child's pooled pages are copies: their frames (colours) are not the parent's */
   atomic_store_explicit(&L.lock.v, 0, ca_relaxed);
   /* the worker does not exist here: it may have held the wake-up lock, or slept on the
@@ -1058,15 +1057,12 @@ static void fork_child(void) {
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
 }
 
-static void fork_parent(void) { _ca_recolour_fork_release(); }
+void _ca_colour_fork_parent(void) { _ca_recolour_fork_release(); }
 
 static void install_hooks(void) {
   static _Atomic(bool) done;
   if (atomic_exchange(&done, true)) return;
   _ca_hooks_install(&colour_hooks);
-  /* registered after the core's: its prepare runs first, before any allocator lock is taken
-     (a page in flight needs only this layer's lock to land) */
-  pthread_atfork(_ca_recolour_fork_hold, fork_parent, fork_child);
 }
 
 /* Record ordinary spans and large objects, from now on, to be kept out of a colour set once a
@@ -1076,7 +1072,7 @@ void _ca_colour_protect_default(void) {
   size_t l2 = 0;
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
     if (_ca_machine.levels[i].level == 2) l2 = _ca_machine.levels[i].size;
-  if (l2 == 0 || _ca_opt(CA_OPT_COLOURS) == 0) return;
+  if (l2 == 0 || _ca_colour_opt(CA_COPT_COLOURS) == 0) return;
   _ca_protect_init(l2, PROTECT_L2S * l2 / CA_OS_PAGE);
   install_hooks();
 }
@@ -1093,7 +1089,7 @@ static ca_colour_set_t end_slice(int id) {
 /* Keep ordinary memory out of set id, a slice at either end of the level: the worker moves the
    recorded pages in its colours to the complement set.  0, or -1 with errno. */
 int _ca_colour_reserve(int id) {
-  if (_ca_opt(CA_OPT_COLOURS) == 0 || atomic_load_explicit(&L.state, ca_acquire) == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
+  if (_ca_colour_opt(CA_COPT_COLOURS) == 0 || atomic_load_explicit(&L.state, ca_acquire) == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
   if (id < 1 || id > CA_COLOUR_SETS) { errno = EINVAL; return -1; }
   ca_colour_set_t s = end_slice(id);
   if (!s.used || (s.from == 0 && s.to == s.den)) { errno = EINVAL; return -1; }
@@ -1110,7 +1106,7 @@ int _ca_colour_reserve(int id) {
    evict nothing else.  Failure (another set reserved, colours off) changes nothing. */
 void _ca_colour_reserve_first(int id) {
   static _Atomic(bool) tried;
-  if (_ca_opt(CA_OPT_COLOUR_RESERVE) == 0 || atomic_load_explicit(&tried, ca_relaxed)) return;
+  if (_ca_colour_opt(CA_COPT_RESERVE) == 0 || atomic_load_explicit(&tried, ca_relaxed)) return;
   ca_colour_set_t s = end_slice(id);
   if (!s.used || 4 * (s.to - s.from) > s.den) return;
   if (atomic_exchange(&tried, true)) return;
@@ -1124,7 +1120,7 @@ void _ca_colour_reserve_first(int id) {
 /* A colour set id (the flavour), or -1 with errno. */
 int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
   if (den == 0 || den > 64 || from >= to || to > den) { errno = EINVAL; return -1; }
-  if (_ca_opt(CA_OPT_COLOURS) == 0) { errno = ENOTSUP; return -1; }
+  if (_ca_colour_opt(CA_COPT_COLOURS) == 0) { errno = ENOTSUP; return -1; }
   if (atomic_load_explicit(&L.state, ca_acquire) == CA_COLOURS_UNAVAILABLE) { errno = ENOTSUP; return -1; }
   _ca_lock(&L.lock);
   int id = -1;
@@ -1133,7 +1129,7 @@ int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
   for (int i = 1; i <= CA_COLOUR_SETS && id < 0; i++)
     if (!L.sets[i].used) {
       L.sets[i] = (ca_colour_set_t){ .used = true, .from = from, .to = to, .den = den,
-                                     .target = (size_t)_ca_opt(CA_OPT_COLOUR_POOL) * 256 };
+                                     .target = (size_t)_ca_colour_opt(CA_COPT_POOL) * 256 };
       L.generation++;
       id = i;
     }

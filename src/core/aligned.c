@@ -9,6 +9,12 @@
      the object on its own 2 MiB boundary). */
 #include "alloc.h"
 
+void* _ca_calloc_slow(size_t n) {
+  void* p = _ca_malloc(n);
+  if (p != NULL) memset(p, 0, n);
+  return p;
+}
+
 void* _ca_malloc_aligned(size_t n, size_t align, bool zero) {
   if (align <= CA_MIN_ALIGN) return zero ? _ca_calloc_slow(n) : _ca_malloc(n);
   _ca_ensure_init();

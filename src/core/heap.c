@@ -20,14 +20,13 @@ static ca_heap_t* registry_first;
 
 /* ---- span-level mapping of small classes, and sampling (hooks.h) -------------------------------- */
 
-int64_t _ca_sample_period;
 static _Atomic(uint8_t)  class_route[CA_CLASS_MAX];     /* flavour heap serving the class (0: own) */
-static _Atomic(uint32_t) route_gen;
+_Atomic(uint32_t) _ca_route_gen;    /* routes changed, or a policy installed: 0 in the allocator alone */
 
 void _ca_route_class(uint32_t c, uint8_t flavour) {
   if (c >= CA_CLASS_MAX || atomic_load_explicit(&class_route[c], ca_relaxed) == flavour) return;
   atomic_store_explicit(&class_route[c], flavour, ca_relaxed);
-  atomic_fetch_add_explicit(&route_gen, 1, ca_release);
+  atomic_fetch_add_explicit(&_ca_route_gen, 1, ca_release);
 }
 
 uint8_t _ca_class_route(uint32_t c) { return c < CA_CLASS_MAX ? atomic_load_explicit(&class_route[c], ca_relaxed) : 0; }
@@ -232,14 +231,14 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
 /* from the policy's `sample`: this thread's next sample comes `periods` periods later */
 void _ca_sample_defer(uint32_t periods) {
   ca_heap_t* h = _ca_heap;
-  if (periods > 1 && h->flavour == 0) h->sample_left += (int64_t)(periods - 1) * _ca_sample_period;
+  if (periods > 1 && h->flavour == 0) h->sample_left += (int64_t)(periods - 1) * __atomic_load_n(&_ca_sample_period, __ATOMIC_RELAXED);
 }
 
 /* A span-class allocation in an ordinary heap: sampled for the policy when it crosses a
    sampling period, offered to `place` when the policy names its class one by one, served by a
    flavour heap when its class is routed, else NULL (the heap's own spans). */
 static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void* ret, bool policy) {
-  uint32_t gen = atomic_load_explicit(&route_gen, ca_acquire);
+  uint32_t gen = atomic_load_explicit(&_ca_route_gen, ca_acquire);
   if (ca_unlikely(h->route_gen != gen)) {
     for (uint32_t c = 0; c < _ca_class_count; c++) direct_update(h, c);
     h->route_gen = gen;
@@ -248,9 +247,10 @@ static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void*
   bool via = routed(h, c);
   /* bytes are counted as free lists are filled (span_refill), routed blocks one by one */
   if (via) h->sample_left -= (int64_t)_ca_class_size[c];
-  if (ca_unlikely(h->sample_left < 0) && _ca_sample_period != 0 && !_ca_no_policy) {
+  int64_t period = __atomic_load_n(&_ca_sample_period, __ATOMIC_RELAXED);
+  if (ca_unlikely(h->sample_left < 0) && period != 0 && !_ca_no_policy) {
     h->rng ^= h->rng << 13; h->rng ^= h->rng >> 7; h->rng ^= h->rng << 17;
-    h->sample_left = _ca_sample_period / 2 + (int64_t)(h->rng % (uint64_t)_ca_sample_period);
+    h->sample_left = period / 2 + (int64_t)(h->rng % (uint64_t)period);
     const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
     void* q = p != NULL && p->sample != NULL ? p->sample(n, frame, ret) : NULL;
     if (q != NULL) return q;
@@ -288,7 +288,8 @@ void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const voi
   for (uint32_t f = 1; f < CA_FLAVOURS && (h->generic_calls & 63) == 0; f++)
     if (h->flavours[f] && atomic_load_explicit(&h->flavours[f]->delayed_free, ca_relaxed)) _ca_heap_delayed_free(h->flavours[f]);
   if (h->purge.first != NULL && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
-  if (h->flavour == 0) {
+  /* the allocator alone never comes here: no policy installed, no class routed */
+  if (h->flavour == 0 && ca_unlikely(atomic_load_explicit(&_ca_route_gen, ca_relaxed) != 0)) {
     void* p = small_policy(h, n, frame, ret, policy);
     if (p != NULL) return p;
   }
@@ -412,6 +413,13 @@ void _ca_heap_fork_child(ca_heap_t* self) {
   if (self == &_ca_heap_empty) return;
   for_each_span(self, span_unstick);
   for (uint32_t f = 1; f < CA_FLAVOURS; f++) if (self->flavours[f]) for_each_span(self->flavours[f], span_unstick);
+}
+
+/* memory of a flavour (pages of a colour set): the thread's heap of that flavour */
+void* _ca_malloc_flavour(size_t n, uint8_t flavour) {
+  ca_heap_t* h = _ca_heap_flavour(flavour);
+  if (h == NULL) { errno = ENOMEM; return NULL; }
+  return _ca_heap_malloc(h, n);
 }
 
 /* The calling thread's heap for memory of a flavour (created on first use). */

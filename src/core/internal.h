@@ -1,35 +1,19 @@
-/* Internal interface shared by the chromalloc sources: process state, the small inline helpers
-   every layer uses (pointer -> segment -> span, thread id, atomics), and the prototypes of the
-   noinline slow paths.  Names: `_ca_*` are internal and shared, file-local helpers are static. */
+/* Internal interface of the core allocator: process state, the small inline helpers every
+   core file uses (pointer -> segment -> span, thread id, atomics), and the prototypes of the
+   noinline slow paths.  The cache runtime never includes this: it reaches the core through
+   hooks.h.  Names: `_ca_*` are internal and shared, file-local helpers are static. */
 #ifndef CA_INTERNAL_H
 #define CA_INTERNAL_H
 
+#include "os.h"
+#include "hooks.h"
 #include "types.h"
-#include <errno.h>
-#include <string.h>
-#include <time.h>
 
 /* Everything declared below is internal to the library: hidden symbols are reached directly
    (RIP-relative), not through the GOT. */
 #pragma GCC visibility push(hidden)
 
-#define ca_likely(x)       __builtin_expect(!!(x), 1)
-#define ca_unlikely(x)     __builtin_expect(!!(x), 0)
-#define ca_noinline        __attribute__((noinline))
-#define ca_cold            __attribute__((noinline, cold))
 #define ca_hidden          __attribute__((visibility("hidden")))
-#define ca_relaxed         memory_order_relaxed
-#define ca_acquire         memory_order_acquire
-#define ca_release         memory_order_release
-#define ca_acq_rel         memory_order_acq_rel
-
-#if defined(__x86_64__) || defined(__i386__)
-#define ca_cpu_relax()     __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define ca_cpu_relax()     __asm__ volatile("yield")
-#else
-#define ca_cpu_relax()     ((void)0)
-#endif
 
 /* Debug builds (make OPT="-O1 -g -DCA_DEBUG") check invariants on every block handed out. */
 #ifdef CA_DEBUG
@@ -50,7 +34,6 @@ extern uintptr_t       _ca_key;        /* free-block key (second word of a free 
 extern ca_heap_t       _ca_heap_empty; /* sentinel: every direct[] entry is an empty span */
 extern ca_span_t       _ca_span_empty;
 extern __thread ca_heap_t* _ca_heap __attribute__((tls_model("initial-exec")));
-extern __thread bool _ca_no_policy __attribute__((tls_model("initial-exec")));  /* a block of a span is needed */
 
 static inline uintptr_t _ca_tid(void) { return (uintptr_t)__builtin_thread_pointer(); }
 
@@ -83,26 +66,15 @@ static inline uint64_t _ca_block_index(const ca_span_t* s, const void* p) {
   return (x >> s->shift) | (x << ((64 - s->shift) & 63));
 }
 
-/* ---- options (options.c) ------------------------------------------------------------------ */
+/* ---- options (options.c): the core's; the layers register theirs (hooks.h) ---------------- */
 typedef enum ca_option_e {
   CA_OPT_LAYOUT,          /* 0 = index-aware, 1 = ciu (flat, no colour) */
   CA_OPT_COLOUR,          /* span colours and large-object offsets */
-  CA_OPT_COLOURS,         /* the colour layer: pages of chosen cache colours */
-  CA_OPT_COLOUR_POOL,     /* MiB of classified pages kept in stock per colour set */
-  CA_OPT_COLOUR_RESERVE,  /* a program's first allocation from a small end slice reserves it */
-  CA_OPT_COLOUR_WORKER,   /* % of a CPU the colour worker may take once ready */
-  CA_OPT_COLOUR_AUDIT,    /* small slices' pools judged by what their pages do to one another */
   CA_OPT_PURGE_DELAY,     /* ms before free memory is returned to the OS (-1 never) */
   CA_OPT_SEGMENT_CACHE,   /* free 2 MiB segments kept mapped for reuse */
   CA_OPT_THP,             /* madvise(MADV_HUGEPAGE) on segments */
   CA_OPT_SEED,            /* 0 = random per process */
   CA_OPT_VERBOSE,
-  CA_OPT_NIGHTWATCH,      /* the NightWatch policy */
-  CA_OPT_NIGHTWATCH_MONITOR,  /* 1 = monitor every chunk (prediction checks) */
-  CA_OPT_NIGHTWATCH_BUDGET,   /* per mille of the run time monitoring may take */
-  CA_OPT_NIGHTWATCH_PROTECT,  /* keep open objects out of the restrictive colours */
-  CA_OPT_NIGHTWATCH_SMALL,    /* chunks below a page: sampled by context, routed by size class */
-  CA_OPT_NIGHTWATCH_DELAY,    /* ms of run time before NightWatch starts the colour layer */
   CA_OPT_COUNT
 } ca_option_t;
 
@@ -112,72 +84,22 @@ typedef enum ca_option_e {
 extern long _ca_options[CA_OPT_COUNT];
 static inline long _ca_opt(ca_option_t o) { return _ca_options[o]; }
 void        _ca_options_init(void);
-const char* _ca_option_name(ca_option_t o);
 long        _ca_option_by_name(const char* name, bool* found);
-struct ca_buf_s;
-void        _ca_options_json(struct ca_buf_s* b);
-void        _ca_options_describe(struct ca_buf_s* b);
+void        _ca_options_json(ca_buf_t* b);
+void        _ca_options_describe(ca_buf_t* b);
 
-/* ---- machine cache model (color/cachemodel.c) --------------------------------------------- */
-typedef struct ca_cache_level_s {
-  uint32_t level, size, ways, line, sets;
-  uint32_t shared_cpus;      /* cpus sharing this cache, 0 if unknown */
-} ca_cache_level_t;
-
-typedef struct ca_machine_s {
-  ca_cache_level_t l1d;
-  ca_cache_level_t levels[4];    /* data/unified levels found, L1d first */
-  uint32_t         nlevels;
-  const char*      source;       /* "sysfs", "cpuid", "default" or "described" */
-  bool             simulated;    /* described (CHROMALLOC_MACHINE): the colour layer simulates it */
-  bool             hashed;       /* ... with a hashed index */
-  uint32_t         probe_ns;     /* ... each simulated eviction test costing this long */
-} ca_machine_t;
-
-extern ca_machine_t _ca_machine;
+/* ---- machine cache model (machine.c) ----------------------------------------------------- */
 void _ca_machine_init(void);
 
 /* ---- size classes and placement (index/layout.c) ------------------------------------------ */
-extern uint32_t _ca_class_size[CA_CLASS_MAX];
-extern uint32_t _ca_class_count;
 extern uint8_t  _ca_class_kind[CA_CLASS_MAX];     /* CA_SEG_SMALL or CA_SEG_MEDIUM spans */
 extern uint8_t  _ca_class_of_w[];          /* (size + 15) / 16 -> class, sizes <= _ca_medium_limit */
-extern size_t   _ca_medium_limit;          /* largest size served by a span */
 void     _ca_layout_init(void);
 static inline uint32_t _ca_size_class(size_t n) { return _ca_class_of_w[(n + CA_MIN_ALIGN - 1) / CA_MIN_ALIGN]; }
 uint32_t _ca_layout_first_colour(uint32_t block_size, uint64_t* rng);
 uint32_t _ca_layout_span_offset(uint32_t block_size, size_t span_bytes, uint32_t* colour, uint64_t* rng);
 size_t   _ca_layout_large_offset(uint64_t* rng);
 void     _ca_layout_span_shape(ca_span_t* s, uint32_t block_size);
-
-/* ---- OS (os.c) ---------------------------------------------------------------------------- */
-void*    _ca_os_map(size_t size);                           /* NULL + errno ENOMEM on failure */
-void*    _ca_os_map_aligned(size_t size, size_t align);
-void     _ca_os_unmap(void* p, size_t size);
-void*    _ca_os_remap(void* p, size_t old_size, size_t size);  /* 2 MiB-aligned result or NULL */
-void     _ca_os_purge(void* p, size_t size);                /* give pages back, keep the range */
-void     _ca_os_thp(void* p, size_t size, bool on);
-bool     _ca_os_move(void* from, void* to, size_t size);       /* mremap: pages keep their frames */
-/* chromalloc's own system-call stub (os.c): the kernel's result, -errno on failure */
-long     _ca_syscall6(long nr, long a, long b, long c, long d, long e, long f);
-uint64_t _ca_clock_ms(void);                                /* coarse, cheap */
-uint64_t _ca_clock_ns(void);
-bool     _ca_clock_read_ns(clockid_t clock, uint64_t* ns);     /* any clock (a thread's CPU time) */
-void     _ca_os_random(void* buf, size_t len);
-size_t   _ca_os_rss_peak(void);                             /* bytes, from getrusage */
-size_t   _ca_os_rss_now(void);                              /* bytes, from /proc/self/statm */
-void     _ca_write_stderr(const char* msg);
-_Noreturn void _ca_fatal(const char* fmt, const void* p);   /* "chromalloc: ..." then abort */
-void     _ca_warn(const char* msg);
-
-/* ---- locks (os.c): one small spinlock-with-yield type for the rare global paths ----------- */
-typedef struct ca_lock_s { _Atomic(int) v; } ca_lock_t;
-void _ca_lock(ca_lock_t* l);
-static inline void _ca_unlock(ca_lock_t* l) { atomic_store_explicit(&l->v, 0, ca_release); }
-static inline bool _ca_try_lock(ca_lock_t* l) {
-  int expected = 0;
-  return atomic_compare_exchange_strong_explicit(&l->v, &expected, 1, ca_acquire, ca_relaxed);
-}
 
 /* ---- segments (segment.c) ----------------------------------------------------------------- */
 ca_span_t*    _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind);
@@ -242,6 +164,21 @@ size_t _ca_usable_size(const void* p);
 void*  _ca_block_start(ca_segment_t* seg, ca_span_t* s, const void* p, bool* valid);
 void*  _ca_calloc_slow(size_t n);
 void*  _ca_malloc_flavour(size_t n, uint8_t flavour);
+
+/* ---- what the layers installed (hooks.c, hooks.h) ---------------------------------------- */
+extern const ca_hooks_t*  _ca_hooks;
+extern const ca_policy_t* _ca_policy;
+extern int64_t            _ca_sample_period;   /* bytes of sampled allocations per sample (0: none) */
+extern _Atomic(uint32_t)  _ca_route_gen;       /* class routes changed, or a policy installed */
+
+#define CA_HOOK(name, ...) do { const ca_hooks_t* h_ = _ca_hooks; if (h_ != NULL && h_->name != NULL) h_->name(__VA_ARGS__); } while (0)
+#define CA_POLICY_CHUNK(...) do { const ca_policy_t* p_ = _ca_policy; if (p_ != NULL) p_->chunk(__VA_ARGS__); } while (0)
+
+/* the policy's chunk, or NULL: the core allocates */
+static inline void* _ca_policy_place(size_t n, bool zero, const void* frame, const void* ret) {
+  const ca_policy_t* p = __atomic_load_n(&_ca_policy, __ATOMIC_ACQUIRE);
+  return p != NULL ? p->place(n, zero, frame, ret) : NULL;
+}
 
 /* ---- process / threads (init.c) ----------------------------------------------------------- */
 void  _ca_process_init(void);

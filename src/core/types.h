@@ -51,12 +51,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "hooks.h"                                 /* CA_FLAVOURS */
 
 #define CA_SEGMENT_SHIFT   21
 #define CA_SEGMENT_SIZE    ((size_t)1 << CA_SEGMENT_SHIFT)
 #define CA_SEGMENT_MASK    (CA_SEGMENT_SIZE - 1)
 #define CA_HEADER_SIZE     ((size_t)4096)          /* segment header page */
-#define CA_OS_PAGE         ((size_t)4096)
 
 #define CA_SMALL_SHIFT     16                      /* 64 KiB spans */
 #define CA_MEDIUM_SHIFT    19                      /* 512 KiB spans */
@@ -68,10 +68,7 @@
 #define CA_MEDIUM_MAX      65536                   /* largest base class in medium spans */
 #define CA_DIRECT_MAX      1024                    /* sizes served from heap->direct[] */
 #define CA_DIRECT_N        (CA_DIRECT_MAX / CA_MIN_ALIGN + 1)
-#define CA_CLASS_MAX       64                      /* room for the class table (56 used) */
 #define CA_CLASS_FULL      CA_CLASS_MAX            /* heap queue index of full spans */
-#define CA_FLAVOURS        16                      /* memory flavours: 0 = ordinary, 1.. = chosen
-                                                      by the span hook (colour sets) */
 
 typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_segment_kind_t;
 

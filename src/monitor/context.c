@@ -28,8 +28,7 @@
 #define _GNU_SOURCE
 #include "context.h"
 #include "next.h"
-#include "../core/internal.h"
-#include "../core/buf.h"
+#include "../core/hooks.h"
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
@@ -92,9 +91,8 @@ static void build_ranges(void) {
 void _ca_context_refresh(void) { build_ranges(); }
 
 /* fork(): no thread may hold the lock across it */
-static void fork_prepare(void) { _ca_lock(&ranges_lock); }
-static void fork_release(void) { _ca_unlock(&ranges_lock); }
-void _ca_context_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
+void _ca_context_fork_prepare(void) { _ca_lock(&ranges_lock); }
+void _ca_context_fork_release(void) { _ca_unlock(&ranges_lock); }
 
 /* the range of r[0..n) holding a, or NULL */
 static const code_range_t* find_range(const code_range_t* r, int n, uintptr_t a) {

@@ -38,7 +38,8 @@ static inline uintptr_t _ca_context_word(const void* from, uint32_t at) {
 }
 /* "symbol+0xoff (object)" of a return address, via dladdr; never allocates. */
 void _ca_context_symbol(uintptr_t pc, char* out, size_t len);
-void _ca_context_init(void);                  /* once, before the first capture: fork safety */
+void _ca_context_fork_prepare(void);          /* fork: the code ranges' lock */
+void _ca_context_fork_release(void);
 /* Forget the list of code ranges (tests, dlopen): it is rebuilt on the next capture. */
 void _ca_context_refresh(void);
 #pragma GCC visibility pop

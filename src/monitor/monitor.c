@@ -65,8 +65,7 @@
 #include "monitor.h"
 #include "pmu.h"
 #include "trap.h"
-#include "../core/internal.h"
-#include "../core/buf.h"
+#include "../core/hooks.h"
 #include "../color/colour.h"
 #include <fcntl.h>
 #include <pthread.h>
@@ -792,16 +791,16 @@ static void fork_child(void) {
   unlock_m();
 }
 
+/* the monitor as a layer of the cache runtime: its lock across fork; its statistics are a part
+   of NightWatch's */
+const ca_layer_t _ca_layer_monitor = { .fork_prepare = fork_prepare, .fork_parent = fork_parent, .fork_child = fork_child };
+
 /* ---- interface ---------------------------------------------------------------------------- */
 static ca_verdict_fn init_verdict;
 static void init_once(void) {
   M.verdict = init_verdict;
   M.l2 = 1 << 20;
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) M.l2 = _ca_machine.levels[i].size;
-  /* once per process image: a child forked while this ran runs it again (pthread_once), and
-     registered twice, the handlers would take the lock twice at its own next fork */
-  static bool registered;
-  if (!registered) { registered = true; pthread_atfork(fork_prepare, fork_parent, fork_child); }
   M.inited = true;
   if (!M.use_pmu) M.use_pmu = _ca_pmu_detect(&M.pmu);
   M.trap_ok = M.use_pmu || _ca_trap_register(on_fault);
@@ -938,7 +937,7 @@ bool _ca_monitor_start(void* p, size_t n, uint64_t cookie) {
     return true;
   }
   /* one page at a random place in each of k equal strides: sorted, distinct */
-  uint64_t rng = (uint64_t)p ^ _ca_process.seed ^ now;
+  uint64_t rng = (uint64_t)p ^ _ca_process_seed() ^ now;
   for (uint32_t i = 0; i < k; i++) {
     size_t a = pages * i / k, b = pages * (i + 1) / k;
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;

@@ -18,7 +18,7 @@
    program reads back is what it set (per thread; a new thread starts with them unblocked in
    its own view too). */
 #define _GNU_SOURCE
-#include "../core/internal.h"
+#include "../core/hooks.h"
 #include "trap.h"
 #include <errno.h>
 #include <signal.h>
@@ -111,8 +111,11 @@ static void install(void) {
   _ca_unlock(&install_lock);
 }
 
-void _ca_trap_fork_prepare(void) { _ca_lock(&install_lock); }
-void _ca_trap_fork_release(void) { _ca_unlock(&install_lock); }
+static void fork_prepare(void) { _ca_lock(&install_lock); }
+static void fork_release(void) { _ca_unlock(&install_lock); }
+
+/* the fault handler as the innermost layer of the cache runtime: its lock across fork */
+const ca_layer_t _ca_layer_trap = { .fork_prepare = fork_prepare, .fork_parent = fork_release, .fork_child = fork_release };
 
 bool _ca_trap_register(ca_trap_fn fn) {
   int n = atomic_load_explicit(&nclients, ca_acquire);

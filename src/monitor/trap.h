@@ -13,8 +13,8 @@ bool _ca_trap_register(ca_trap_fn fn);       /* installs the handler on first us
 void _ca_trap_quiet_thread(void);            /* the calling thread (ours) takes no signal but faults */
 /* fork(): the lock every interposed sigaction() takes is held across it (a thread setting a
    handler while another forked left the child's next sigaction waiting for ever) */
-void _ca_trap_fork_prepare(void);
-void _ca_trap_fork_release(void);
+struct ca_layer_s;
+extern const struct ca_layer_s _ca_layer_trap;
 #pragma GCC visibility pop
 
 #endif

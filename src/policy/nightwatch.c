@@ -57,14 +57,17 @@
 #define _GNU_SOURCE
 #include "nightwatch.h"
 #include "sites.h"
-#include "../core/alloc.h"
 #include "../core/hooks.h"
-#include "../core/buf.h"
 #include "../color/colour.h"
 #include "../monitor/context.h"
 #include "../monitor/monitor.h"
 #include <pthread.h>
 #include <stdlib.h>
+
+/* the options (the table is at the end) */
+typedef enum { NW_OPT_ON, NW_OPT_MONITOR, NW_OPT_BUDGET, NW_OPT_PROTECT, NW_OPT_SMALL, NW_OPT_DELAY, NW_OPT_COUNT } nw_option_t;
+static long nw_options[NW_OPT_COUNT];
+static inline long nw_opt(nw_option_t o) { return nw_options[o]; }
 
 #define SKIP_MAX       1024
 #define BUDGET_SKIP    64                    /* chunks a context skips after the budget refused it */
@@ -240,7 +243,7 @@ void _ca_nw_reset(void) {
 /* ---- mappings ---------------------------------------------------------------------------- */
 static void turn_off(const char* why) {
   _ca_policy_install(NULL);
-  _ca_sample_period = 0;
+  _ca_sample_set_period(0);
   for (uint32_t k = 0; k < _ca_class_count; k++) _ca_route_class(k, 0);
   ca_buf_t b = ca_buf(NW.off_reason, sizeof NW.off_reason);
   ca_buf_str(&b, why);
@@ -251,7 +254,7 @@ static uint8_t restrictive_flavour(void) {
   if (NW.restrict_id == 0) {
     /* not before nightwatch_delay: the colour layer's start costs a CPU for seconds (a 0.5 s
        program under it took 20% longer), which a program that ends soon never gets back */
-    if (_ca_clock_ns() - NW.start_ns < (uint64_t)_ca_opt(CA_OPT_NIGHTWATCH_DELAY) * 1000000u) return 0;
+    if (_ca_clock_ns() - NW.start_ns < (uint64_t)nw_opt(NW_OPT_DELAY) * 1000000u) return 0;
     int id = _ca_colour_set(0, 1, 8);
     NW.restrict_id = id > 0 ? id : -1;
     if (id <= 0) turn_off("colour layer unavailable (colours=0 or no colour control here)");
@@ -446,12 +449,13 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
   if (live && !sw && w.predicted == CA_MAP_OPEN && NW.protect) _ca_protect_add(p, p, n);
   if (!sw) return;
   int id = target == CA_MAP_RESTRICTIVE ? restrictive_flavour() : (NW.open_id == 0 ? (NW.open_id = _ca_colour_set(1, 8, 8)) : NW.open_id);
-  ca_segment_t* seg = _ca_segment_of(p);
+  uint8_t had = 0;
   /* a coloured chunk's old frames are of its flavour's set: that pool takes them */
-  if (id > 0 && seg != NULL && seg->large_ptr == p && _ca_recolour(p, n, id, seg->flavour, false) > 0) {
+  if (id > 0 && _ca_large_info(p, NULL, &had) && _ca_recolour(p, n, id, had, false) > 0) {
     /* pages now of the target set: its pool takes them back when the chunk is freed, but
-       only if the whole chunk moved; a partly moved chunk goes back as ordinary memory */
-    seg->flavour = 0;
+       only if the whole chunk moved; a partly moved chunk goes back as ordinary memory (the
+       chunk's free waits on `switching`) */
+    _ca_large_set_flavour(p, 0);
     _ca_lock(&NW.lock);
     NW.ctx[w.ctx].switches++;
     _ca_unlock(&NW.lock);
@@ -546,7 +550,7 @@ static void update_routes(void) {
    monitored, every one joins and stands for itself, unless that is below the least a group's
    member must stand for (monitor.c): then one chunk in k joins, standing for k of them. */
 static size_t member_stride(size_t n) {
-  size_t period = (size_t)_ca_sample_period, least = _ca_monitor_member_least();
+  size_t period = (size_t)_ca_sample_period_bytes(), least = _ca_monitor_member_least();
   if (n < CA_OS_PAGE) return period;
   if (!NW.monitor_all) return n >= period ? n : period;
   return n >= least ? n : n * ((least + n - 1) / n);
@@ -587,7 +591,7 @@ static void* place_member(int ctx, size_t n, bool zero, ca_mapping_t m, uint8_t 
       inflight_end(ctx);
       _ca_unlock(&NW.lock);
     }
-    if (p != NULL) _ca_free(p);
+    if (p != NULL) _ca_free_chunk(p);
     p = NULL;
     atomic_fetch_add_explicit(&NW.lost, 1, ca_relaxed);
   }
@@ -715,7 +719,7 @@ static void* sample(size_t n, const void* frame, const void* ret) {
   if (ctx >= 0) {
     nw_ctx_t* c = &NW.ctx[ctx];
     bump(&c->samples, 1);
-    uint32_t k = _ca_size_class(n);
+    uint32_t k = _ca_class_of(n);
     bool reroute = note_class(k, ctx);
     if (reroute) update_routes();
     /* a class named one by one is counted here, so that its shares stay what its samples say,
@@ -764,8 +768,9 @@ static void chunk_event(ca_chunk_event_t ev, void* p, size_t size) {
 
 static const ca_policy_t policy = { place, chunk_event, sample };
 
-static void fork_prepare(void) { _ca_lock(&NW.lock); }
-static void fork_release(void) { _ca_unlock(&NW.lock); }
+/* fork: the policy's locks, outermost of the runtime's (hooks.h) */
+static void fork_prepare(void) { _ca_lock(&NW.lock); _ca_nw_sites_fork_prepare(); _ca_context_fork_prepare(); }
+static void fork_release(void) { _ca_context_fork_release(); _ca_nw_sites_fork_release(); _ca_unlock(&NW.lock); }
 /* the thread switching a chunk's mapping is not in the child: its free must not wait for it */
 static void fork_child(void) { atomic_store_explicit(&NW.switching, NULL, ca_relaxed); fork_release(); }
 
@@ -779,27 +784,23 @@ static bool under_valgrind(void) {
   return p != NULL && strstr(p, "vgpreload") != NULL;
 }
 
-void _ca_nightwatch_init(void) {
-  NW.monitor_all = _ca_opt(CA_OPT_NIGHTWATCH_MONITOR) != 0;
-  NW.budget_pm = (uint64_t)_ca_opt(CA_OPT_NIGHTWATCH_BUDGET);
-  NW.judged_min = 1u << 20;
-  for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) NW.judged_min = _ca_machine.levels[i].size;
+static void init(void) {
+  NW.monitor_all = nw_opt(NW_OPT_MONITOR) != 0;
+  NW.budget_pm = (uint64_t)nw_opt(NW_OPT_BUDGET);
+  NW.judged_min = _ca_machine_l2();
   bool traps = NW.budget_pm > 0 || NW.monitor_all;
-  NW.on = _ca_opt(CA_OPT_NIGHTWATCH) != 0 && _ca_opt(CA_OPT_COLOURS) != 0 && !(traps && under_valgrind());
-  NW.protect = _ca_opt(CA_OPT_NIGHTWATCH_PROTECT) != 0;
+  NW.on = nw_opt(NW_OPT_ON) != 0 && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !(traps && under_valgrind());
+  NW.protect = nw_opt(NW_OPT_PROTECT) != 0;
   NW.start_ns = _ca_clock_ns();
   if (NW.on) {
-    _ca_nw_sites_init();
-    _ca_context_init();
     _ca_policy_install(&policy);
-    pthread_atfork(fork_prepare, fork_release, fork_child);
     if (NW.protect) _ca_colour_protect_default();   /* record open memory from the start */
-    NW.groups = _ca_opt(CA_OPT_NIGHTWATCH_SMALL) != 0;
-    if (NW.groups) _ca_sample_period = (int64_t)(NW.judged_min / 8);
+    NW.groups = nw_opt(NW_OPT_SMALL) != 0;
+    if (NW.groups) _ca_sample_set_period((int64_t)(NW.judged_min / 8));
     /* span classes of a page or more that nothing samples are named one by one (class_want) */
     for (uint32_t k = 0; k < _ca_class_count; k++) _ca_place_class(k, class_want(k).one_by_one);
   }
-  else turn_off(_ca_opt(CA_OPT_NIGHTWATCH) == 0 ? "nightwatch=0" : _ca_opt(CA_OPT_COLOURS) == 0 ? "colours=0"
+  else turn_off(nw_opt(NW_OPT_ON) == 0 ? "nightwatch=0" : _ca_colour_opt(CA_COPT_COLOURS) == 0 ? "colours=0"
                  : "under valgrind (it misexecutes instructions resumed after a page trap; nightwatch_budget=0 runs without traps)");
 }
 
@@ -861,7 +862,7 @@ static void timeline_json(ca_buf_t* b) {
   ca_buf_str(b, "]");
 }
 
-void _ca_nightwatch_stats_json(ca_buf_t* b) {
+static void stats_json(ca_buf_t* b) {
   uint64_t ph = 0, pm = 0, chunks = 0, restrictive = 0;
   int n = _ca_nw_contexts();
   for (int i = 0; i < n; i++) {
@@ -871,7 +872,7 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_nw_site_stats_t st;
   _ca_nw_sites_stats(&st);
   ca_buf_str(b, "{\"enabled\":");
-  ca_buf_str(b, _ca_policy == &policy ? "true" : "false");
+  ca_buf_str(b, NW.on && NW.off_reason[0] == 0 ? "true" : "false");
   ca_buf_str(b, ",\"off_reason\":\""); ca_buf_str(b, NW.off_reason); ca_buf_str(b, "\"");
   ca_buf_str(b, ",\"monitor_all\":"); ca_buf_str(b, NW.monitor_all ? "true" : "false");
   ca_buf_field_u64(b, "chunks", chunks);
@@ -885,7 +886,7 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "start_monotonic_ns", NW.start_ns);
   ca_buf_field_u64(b, "restrictive", restrictive);
   ca_buf_field_u64(b, "switches", NW.switches);
-  ca_buf_field_u64(b, "small_period", (uint64_t)_ca_sample_period);
+  ca_buf_field_u64(b, "small_period", (uint64_t)_ca_sample_period_bytes());
   uint64_t samples = 0;
   for (int i = 0; i < CA_NW_CONTEXTS; i++) samples += atomic_load_explicit(&NW.ctx[i].samples, ca_relaxed);
   ca_buf_field_u64(b, "small_samples", samples);
@@ -917,3 +918,35 @@ void _ca_nightwatch_stats_json(ca_buf_t* b) {
   for (int i = 0; i < n; i++) { if (i) ca_buf_char(b, ','); context_json(b, i); }
   ca_buf_str(b, "]}");
 }
+
+/* ---- the layer ---------------------------------------------------------------------------- */
+static const ca_option_desc_t options[NW_OPT_COUNT] = {
+  [NW_OPT_ON]      = { "nightwatch", 1, 0, 1, _ca_bool_words,
+                       "NightWatch: learn which allocation contexts pollute the cache and give their new chunks pages of "
+                       "1/8 of the L2 colours (the colour layer); 0 turns it off (see docs/nightwatch.md)" },
+  [NW_OPT_MONITOR] = { "nightwatch_monitor", 0, 0, 1, _ca_bool_words,
+                       "NightWatch monitors every chunk instead of adaptive sampling (to check predictions; slow)" },
+  [NW_OPT_BUDGET]  = { "nightwatch_budget", 5, 0, 1000, NULL,
+                       "NightWatch's monitoring (page protection, faults, chunks placed apart) may take at most this "
+                       "per mille of the run time (5 = 0.5%; a context's second verdict, after a first that found a "
+                       "polluter, four times that; its first chunk of the L2's size or more twice that)" },
+  [NW_OPT_PROTECT] = { "nightwatch_protect", 1, 0, 1, _ca_bool_words,
+                       "once NightWatch confines a polluter, move the pages of open memory (spans and objects up to "
+                       "the L2's size, 4 times the L2 in all, oldest first) that lie in the polluter's colours to the "
+                       "other 7/8" },
+  [NW_OPT_SMALL]   = { "nightwatch_small", 1, 0, 1, _ca_bool_words,
+                       "NightWatch judges chunks below the L2 too, sampled by bytes (one per L2/8 bytes of a context's "
+                       "allocations, each on pages of its own, judged together per context), and serves a span size "
+                       "class (up to 64 KiB) from restrictive spans while its sampled contexts are polluters; with 0, "
+                       "span-class chunks of a page or more are named one by one" },
+  [NW_OPT_DELAY]   = { "nightwatch_delay", 1000, 0, 3600000, NULL,
+                       "NightWatch starts the colour layer (seconds of one CPU's time to find the colours) only once "
+                       "the process has run this many ms: a shorter program never pays for it, and its restrictive "
+                       "chunks until then are ordinary memory" },
+};
+
+const ca_layer_t _ca_layer_nightwatch = {
+  .name = "nightwatch", .options = options, .values = nw_options, .noptions = NW_OPT_COUNT,
+  .init = init, .fork_prepare = fork_prepare, .fork_parent = fork_release, .fork_child = fork_child,
+  .stats = stats_json,
+};

@@ -12,8 +12,8 @@ struct ca_buf_s;
 typedef enum ca_mapping_e { CA_MAP_OPEN = 0, CA_MAP_RESTRICTIVE = 1 } ca_mapping_t;
 
 #pragma GCC visibility push(hidden)
-void _ca_nightwatch_init(void);                 /* installs the policy when the option is on */
-void _ca_nightwatch_stats_json(struct ca_buf_s* b);
+struct ca_layer_s;
+extern const struct ca_layer_s _ca_layer_nightwatch;   /* installs the policy when the option is on */
 
 /* The predictor, exposed for tests (contexts come from sites.h): what a context predicts for
    its next chunk, whether that chunk is to be monitored (and the countdown advanced), and a

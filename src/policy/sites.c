@@ -26,7 +26,7 @@
    All are lock-free for readers; a race costs at most one wrongly attributed chunk. */
 #define _GNU_SOURCE
 #include "sites.h"
-#include "../core/internal.h"
+#include "../core/hooks.h"
 #include "../monitor/context.h"
 #include <pthread.h>
 
@@ -265,9 +265,8 @@ int _ca_nw_context_of(size_t n, const void* frame, const void* ret) {
 }
 
 /* fork(): no thread may hold the lock across it */
-static void fork_prepare(void) { _ca_lock(&S.lock); }
-static void fork_release(void) { _ca_unlock(&S.lock); }
-void _ca_nw_sites_init(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
+void _ca_nw_sites_fork_prepare(void) { _ca_lock(&S.lock); }
+void _ca_nw_sites_fork_release(void) { _ca_unlock(&S.lock); }
 
 void _ca_nw_sites_reset(void) {
   _ca_lock(&S.lock);

@@ -28,7 +28,8 @@ int  _ca_nw_context_of(size_t n, const void* frame, const void* ret);
 int  _ca_nw_context(uint64_t hash, const uintptr_t* frames, uint32_t nframes, bool in_libc);
 const ca_nw_context_t* _ca_nw_context_info(int id);
 int  _ca_nw_contexts(void);
-void _ca_nw_sites_init(void);                  /* once: fork safety */
+void _ca_nw_sites_fork_prepare(void);          /* fork: the tables' lock */
+void _ca_nw_sites_fork_release(void);
 void _ca_nw_sites_reset(void);
 void _ca_nw_sites_stats(ca_nw_site_stats_t* st);
 #pragma GCC visibility pop

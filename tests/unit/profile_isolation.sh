@@ -8,12 +8,12 @@
 set -eu
 bin=$1
 tool=$(dirname "$0")/../../tools/chromalloc
-lib=$(dirname "$bin")/libchromalloc.so
+lib=$(dirname "$bin")/libchromalloc-colour.so
 for dir in "$HOME/.cache" "$XDG_CACHE_HOME"; do
   python3 "$tool" calibrate --quick --lib "$lib" --out "$dir/chromalloc/profile.json" >/dev/null
   grep -q '"usable":true' "$dir/chromalloc/profile.json" || { echo "FAIL the calibration was not usable"; exit 1; }
 done
 [ ! -e "$CHROMALLOC_PROFILE" ] || { echo "FAIL the test's own profile exists"; exit 1; }
-"$bin/test_colour_start-static"
+"$bin/test_colour_start-cstatic"
 [ ! -e "$CHROMALLOC_PROFILE" ] || { echo "FAIL the test wrote a profile"; exit 1; }
 echo "profile isolation: the user's calibrated profile was not read"

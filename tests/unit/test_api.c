@@ -101,6 +101,10 @@ static int child_mode(const char* mode) {
   return 64;
 }
 
+/* this process runs under the cache runtime (libchromalloc-colour), not the allocator alone */
+extern int chromalloc_colours(unsigned, unsigned, unsigned, unsigned) __attribute__((weak));
+static bool runtime_loaded(void) { return chromalloc_colours != NULL; }
+
 static void test_ciu_and_options(void) {
   char out[4096];
   unsigned line, sets;
@@ -120,6 +124,18 @@ static void test_ciu_and_options(void) {
   CHECK(strstr(out, "chromalloc: option purge_delay: bad value 'abc' (expected an integer from -1 to 3600000), using the default 10\n") != NULL);
   CHECK(strstr(out, "'xyz'") == NULL);       /* warned once per option */
   CHECK(strstr(out, "layout=0 purge_delay=10 colour=0") != NULL);
+
+  /* the cache runtime's options: the allocator alone names the library that has them, once
+     each; the cache runtime takes them */
+  st = exec_self("--options", "nightwatch=0,colours=1,nightwatch=1", NULL, out, sizeof out);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  const char* nw = strstr(out, "chromalloc: option 'nightwatch' is the cache runtime's (libchromalloc-colour.so");
+  if (runtime_loaded()) {
+    CHECK(strstr(out, "chromalloc:") == NULL);
+  } else {
+    CHECK(nw != NULL && strstr(strchr(nw, '\n'), "'nightwatch'") == NULL);
+    CHECK(strstr(out, "chromalloc: option 'colours' is the cache runtime's") != NULL);
+  }
 
   /* statistics file, with %p replaced by the pid */
   char path[128];

@@ -97,7 +97,7 @@ static long long protect_field(const char* key) {
 }
 
 static void test_policy_sizes(size_t l2) {
-  CHECK_EQ(_ca_sample_period, (long long)(l2 / 8));
+  CHECK_EQ(_ca_sample_period_bytes(), (long long)(l2 / 8));
   CHECK_EQ(_ca_monitor_member_least(), (long long)((l2 + 23) / 24));
   CHECK_EQ(protect_field("page_budget"), (long long)(4 * l2 / 4096));
   /* a group of members of the least stride holds the L2's worth of cold ones and warm ones */

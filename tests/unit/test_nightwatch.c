@@ -179,7 +179,7 @@ static void test_timeline(void) {
   _ca_nw_verdict(c, CA_MAP_OPEN, &pol);
   _ca_nw_verdict(c, CA_MAP_RESTRICTIVE, &vic);
   ca_buf_t b = ca_buf(json, sizeof json);
-  _ca_nightwatch_stats_json(&b);
+  _ca_layer_nightwatch.stats(&b);
   CHECK(b.len < sizeof json);
   char want[512];
   const char* t = strstr(json, "\"timeline_dropped\":0,\"timeline\":[");
@@ -200,7 +200,7 @@ static void test_timeline(void) {
   CHECK(t != NULL && strncmp(t, "}]", 2) == 0);               /* nothing else */
   for (int i = 0; i < 200; i++) _ca_nw_verdict(c, CA_MAP_OPEN, &vic);
   b = ca_buf(json, sizeof json);
-  _ca_nightwatch_stats_json(&b);
+  _ca_layer_nightwatch.stats(&b);
   CHECK(strstr(json, "\"timeline_dropped\":109,") != NULL);  /* 205 events, 96 kept */
   _ca_nw_reset();
 }

@@ -1,6 +1,7 @@
-/* Statistics: every counter lives in `_ca_stats` (declared in internal.h); this file settles the
-   per-heap counters and writes the one JSON document (CHROMALLOC_STATS=path at exit,
-   chromalloc_stats_json/chromalloc_stats_write on demand).
+/* Statistics: every counter of the core lives in `_ca_stats` (declared in internal.h); this
+   file settles the per-heap counters and writes the one JSON document (CHROMALLOC_STATS=path at
+   exit, chromalloc_stats_json/chromalloc_stats_write on demand), with a section for each layer
+   of the cache runtime that has one (hooks.h).
 
    Per-class counts cost nothing on the fast paths: a span remembers how many blocks its `free`
    list held when it was installed (`installed`) and its `used` count when last accounted
@@ -8,10 +9,7 @@
    to the global atomics once a class has moved by 64 blocks, and at thread exit.  Allocation
    totals are therefore exact; `live` is exact for the reporting thread and flushed heaps, and
    `peak` is the highest flushed `live`, i.e. exact to within 64 blocks per thread and class. */
-#include "../core/internal.h"
-#include "../color/colour.h"
-#include "../core/buf.h"
-#include "../policy/nightwatch.h"
+#include "internal.h"
 #include "../../include/chromalloc.h"
 #include <fcntl.h>
 #include <stdlib.h>
@@ -162,10 +160,14 @@ void _ca_stats_json(ca_buf_t* b) {
   ca_buf_str(b, "},\"threads\":{");
   kv_i(b, "heaps_started", (int64_t)ldu(&_ca_stats.threads), true);
   kv_i(b, "heaps_reused", (int64_t)ldu(&_ca_stats.heaps_reused), false);
-  ca_buf_str(b, "},\"colours\":");
-  _ca_colour_stats_json(b);
-  ca_buf_str(b, ",\"nightwatch\":");
-  _ca_nightwatch_stats_json(b);
+  ca_buf_str(b, "}");
+  for (const ca_layer_t* const* l = _ca_layers; *l != NULL; l++) {   /* the cache runtime's sections */
+    if ((*l)->stats == NULL) continue;
+    ca_buf_str(b, ",\"");
+    ca_buf_str(b, (*l)->name);
+    ca_buf_str(b, "\":");
+    (*l)->stats(b);
+  }
   ca_buf_str(b, ",\"checks\":{");
   kv_i(b, "double_free_confirmations", (int64_t)ldu(&_ca_stats.double_frees_checked), false);
   ca_buf_str(b, "}}\n");

@@ -9,7 +9,7 @@
    layer then answers its eviction questions from a simulated L2 of that geometry (simcache.c),
    whose page colours are the frame number's low bits (index=linear) or a hash of it (hashed),
    and each of whose tests takes probe_us (0) of the worker's CPU, as a timed one would. */
-#include "../core/internal.h"
+#include "internal.h"
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>

@@ -1,20 +1,23 @@
 /* Process and thread life cycle.
    - Process init runs once, from the library constructor or from the first allocation, before
-     anything that could allocate: options (getenv + our own parser), the machine cache model,
-     the size-class layout, the random key/seed.  No dlsym, no stdio.
+     anything that could allocate: options (getenv + our own parser, the layers' tables too),
+     the machine cache model, the size-class layout, the random key/seed; then the layers' init,
+     inner first.  No dlsym, no stdio.
    - A thread gets its heap on its first allocation (the TLS heap pointer starts at the empty
      sentinel heap, whose empty spans send the fast path here).  A pthread key destructor hands
      the heap back when the thread exits.
-   - fork(): the atfork handlers take every global lock before fork and reset them in the child,
-     so a child of a multi-threaded parent can allocate.
+   - fork(): one handler chain, registered once: the layers' prepare handlers outer first, then
+     the core's, which take every global lock; parent and child undo it in the reverse order
+     (the lock order of hooks.h), so a child of a multi-threaded parent can allocate.
    - At exit the statistics are written when CHROMALLOC_STATS is set. */
-#include "../core/internal.h"
-#include "../policy/nightwatch.h"
-#include "../color/colour.h"
-#include "../monitor/trap.h"
+#include "internal.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+
+#ifndef CA_RUNTIME
+const ca_layer_t* const _ca_layers[] = { NULL };   /* the allocator alone (the runtime: runtime.c) */
+#endif
 
 ca_process_t _ca_process;
 uintptr_t    _ca_key;
@@ -46,8 +49,9 @@ void _ca_process_init(void) {
   _ca_process.seed = _ca_opt(CA_OPT_SEED) != 0 ? (uint64_t)_ca_opt(CA_OPT_SEED) : (r[2] | 1);
   thread_key_ok = pthread_key_create(&thread_key, thread_done) == 0;
   atomic_store_explicit(&_ca_process.state, 2, ca_release);
-  _ca_nightwatch_init();
-  if (_ca_opt(CA_OPT_COLOUR_RESERVE) != 0) _ca_colour_protect_default();   /* record from the start */
+  size_t n = 0;
+  while (_ca_layers[n] != NULL) n++;
+  while (n-- > 0) if (_ca_layers[n]->init) _ca_layers[n]->init();
 }
 
 ca_heap_t* _ca_thread_init(void) {
@@ -78,20 +82,31 @@ static void thread_done(void* arg) {
 }
 
 static void fork_prepare(void) {
-  _ca_trap_fork_prepare();
+  for (const ca_layer_t* const* l = _ca_layers; *l != NULL; l++) if ((*l)->fork_prepare) (*l)->fork_prepare();
   _ca_heap_fork_prepare();
   _ca_segment_fork_prepare();
 }
+
+static void layers_after_fork(bool child) {
+  size_t n = 0;
+  while (_ca_layers[n] != NULL) n++;
+  while (n-- > 0) {
+    void (*fn)(void) = child ? _ca_layers[n]->fork_child : _ca_layers[n]->fork_parent;
+    if (fn) fn();
+  }
+}
+
 static void fork_parent(void) {
   _ca_segment_fork_parent();
   _ca_heap_fork_parent();
-  _ca_trap_fork_release();
+  layers_after_fork(false);
 }
+
 static void fork_child(void) {
   _ca_segment_fork_child();
   _ca_large_fork_child();
   _ca_heap_fork_child(_ca_heap);
-  _ca_trap_fork_release();
+  layers_after_fork(true);
 }
 
 __attribute__((constructor)) static void ca_constructor(void) { _ca_ensure_init(); }
