@@ -53,6 +53,21 @@ $(CAR_LIB): $(COLOUR_OBJ)
 	@rm -f $@
 	ar rcs $@ $(COLOUR_OBJ)
 
+# The internal tests link the cache runtime built with its test hooks (failures they inject,
+# CA_TEST_HOOKS): the runtime's objects compiled again, the allocator's shared.
+TEST_OBJ    = $(filter-out $(BUILD)/obj/core/init.o,$(LEAN_OBJ)) $(BUILD)/obj/core/init-runtime.o \
+              $(patsubst src/%.c,$(BUILD)/obj-test/%.o,$(RUNTIME_SRC))
+TEST_LIB    = $(BUILD)/tests/libchromalloc-colour-test.a
+
+$(BUILD)/obj-test/%.o: src/%.c $(LIB_HDR) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(LIBFLAGS) -DCA_TEST_HOOKS -c $< -o $@
+
+$(TEST_LIB): $(TEST_OBJ)
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $(TEST_OBJ)
+
 VERSION = $(shell sed -n 's/^\#define CHROMALLOC_VERSION "\(.*\)"/\1/p' include/chromalloc.h)
 DESTDIR ?=
 SUBST   = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g'

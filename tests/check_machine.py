@@ -19,15 +19,15 @@ import run as runner  # noqa: E402
 
 def checks(build):
     b = os.path.join(build, "tests")
-    so = os.path.join(build, "libchromalloc.so")
+    cso = os.path.join(build, "libchromalloc-colour.so")
     tool = os.path.join(runner.ROOT, "tools", "chromalloc")
     T = lambda name, cmd, env=None: runner.Test(name, cmd, env, described=None, timeout=600)
     return [
-        T("calibrate", ["python3", tool, "calibrate", "--quick", "--lib", so]),
-        T("colour_api", [os.path.join(b, "test_colour_api-plain")], {"LD_PRELOAD": so}),
-        T("colour_start", [os.path.join(b, "test_colour_start-static")]),
-        T("protect", [os.path.join(b, "test_protect-static")]),
-        T("small", [os.path.join(b, "test_small-static")]),
+        T("calibrate", ["python3", tool, "calibrate", "--quick", "--lib", cso]),
+        T("colour_api", [os.path.join(b, "test_colour_api-plain")], {"LD_PRELOAD": cso}),
+        T("colour_start", [os.path.join(b, "test_colour_start-internal")]),
+        T("protect", [os.path.join(b, "test_protect-internal")]),
+        T("small", [os.path.join(b, "test_small-internal")]),
     ]
 
 

@@ -74,7 +74,7 @@ def suite(build):
         add("%s-static" % t, [exe(t, "cstatic")])
         add("%s-preload" % t, [exe(t, "plain")], colour)
     for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect"]:
-        add(t, [exe(t, "cstatic")])
+        add(t, [exe(t, "internal")])
     # the layers hold at link time
     add("lean-symbols", ["sh", os.path.join(ROOT, "tests/unit/lean_symbols.sh"), so])
     add("core-alone", [os.path.join(b, "core-alone")])
@@ -83,7 +83,7 @@ def suite(build):
     for g, _ in GEOMETRIES:
         for l1d, _ in L1DS:
             for ix in INDEXES:
-                add("geometry-%s-%s-%s" % (g, l1d, ix), [exe("geometry", "cstatic")], described=machine(g, l1d, ix))
+                add("geometry-%s-%s-%s" % (g, l1d, ix), [exe("geometry", "internal")], described=machine(g, l1d, ix))
     for k, (g, _) in enumerate(GEOMETRIES):
         m = machine(g, L1DS[k % 2][0], INDEXES[(k // 2) % 2])
         if g == "zen4":
@@ -92,7 +92,7 @@ def suite(build):
         add("colour_api-%s" % g, [exe("colour_api", "plain")], colour, described=m)
         add("monitor-%s" % g, [exe("monitor", "plain")], colour, described=m)
         for t in ["colour_start", "nightwatch", "small", "protect"]:
-            add("%s-%s" % (t, g), [exe(t, "cstatic")], described=m)
+            add("%s-%s" % (t, g), [exe(t, "internal")], described=m)
     # the colour layer unavailable: by option, or by a machine profile that says so
     add("colour-off-option", [exe("colour_api", "plain"), "disabled"], dict(colour, CHROMALLOC_OPTIONS="colours=0"))
     add("colour-off-profile", ["sh", os.path.join(ROOT, "tests/unit/colour_off_profile.sh"), b, cso])
@@ -106,7 +106,7 @@ def suite(build):
     add("delay-on", [exe("monitor", "plain"), "delay-on"],
         dict(colour, CHROMALLOC_OPTIONS="nightwatch=1,nightwatch_monitor=1,nightwatch_delay=0"))
     # the profile: where it is read from, and never the user's
-    add("profile", [exe("profile", "cstatic")])
+    add("profile", [exe("profile", "internal")])
     add("profile-isolation", ["sh", os.path.join(ROOT, "tests/unit/profile_isolation.sh"), b])
     # the stress tests under options that change the slow paths
     for k, o in enumerate(["segment_cache=0,purge_delay=0", "purge_delay=-1,colour=0", "layout=ciu,thp=1"]):

@@ -11,7 +11,7 @@
 TEST_NAMES = api stress fork threads enomem invalid_free rss lean
 # the cache runtime's: linked against libchromalloc-colour.so and .a, and preloaded
 TEST_COLOUR = colour_api monitor
-# internal interfaces: linked with libchromalloc-colour.a (whole archive)
+# internal interfaces: linked with the cache runtime built with its test hooks (whole archive)
 TEST_INTERNAL = hooks colour colour_start nightwatch small pmu protect geometry profile
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-alloc-size-larger-than -Wno-free-nonheap-object -Wno-use-after-free -Wno-maybe-uninitialized -pthread -Iinclude
 TEST_BIN   = $(BUILD)/tests
@@ -37,6 +37,10 @@ $(TEST_BIN)/%-cstatic: tests/unit/%.c $(TEST_DEPS) $(CAR_LIB)
 	@mkdir -p $(TEST_BIN)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -Wl,--whole-archive $(CAR_LIB) -Wl,--no-whole-archive -ldl
 
+$(TEST_BIN)/%-internal: tests/unit/%.c $(TEST_DEPS) $(TEST_LIB)
+	@mkdir -p $(TEST_BIN)
+	$(CC) $(TEST_CFLAGS) -DCA_TEST_HOOKS $< -o $@ -Wl,--whole-archive $(TEST_LIB) -Wl,--no-whole-archive -ldl
+
 # the core and index-aware placement link into a program with libc alone
 $(TEST_BIN)/core-alone: tests/unit/core_alone.c $(LEAN_OBJ)
 	@mkdir -p $(TEST_BIN)
@@ -44,7 +48,7 @@ $(TEST_BIN)/core-alone: tests/unit/core_alone.c $(LEAN_OBJ)
 
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static) \
             $(foreach t,$(TEST_COLOUR),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-cshared $(TEST_BIN)/test_$(t)-cstatic) \
-            $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-cstatic) $(TEST_BIN)/core-alone
+            $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-internal) $(TEST_BIN)/core-alone
 
 .PHONY: test test-build check-machine
 test-build: lib $(TEST_BINS)

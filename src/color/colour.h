@@ -223,9 +223,10 @@ void  _ca_colour_stats_json(ca_buf_t* b);
 void  _ca_colour_fork_child(void);
 void  _ca_colour_fork_parent(void);
 #define CA_COLOUR_START_TRIES 6   /* failed starts in a row before the layer is unavailable */
-void  _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms);   /* tests: before the first set */
-void  _ca_colour_test_no_sets(uint32_t n, uint32_t retry_ms);       /* tests: discovery finds none */
-void  _ca_colour_test_drop_sets(uint32_t n);                       /* tests: once ready */
+/* failures injected by the internal tests (in test builds only: CA_TEST_HOOKS) */
+void  _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms);   /* before the first set */
+void  _ca_colour_test_no_sets(uint32_t n, uint32_t retry_ms);       /* discovery finds none */
+void  _ca_colour_test_drop_sets(uint32_t n);                       /* once ready */
 long  _ca_recolour(void* p, size_t len, int id, int keep, bool test);   /* keep: set whose pool takes the old
                                                                         frames (0: none), re-tested if `test` */
 void  _ca_recolour_fork_hold(void);      /* fork: wait for pages in flight, start none */

@@ -1,7 +1,7 @@
 /* The colour layer as a layer of the cache runtime (hooks.h): its options, its start (open
    memory recorded for protection from the first allocation on), its fork handlers and its
    statistics section. */
-#include "colour.h"
+#include "layer.h"
 
 long _ca_colour_options[CA_COPT_COUNT];
 
@@ -27,6 +27,103 @@ static const ca_option_desc_t options[CA_COPT_COUNT] = {
                         "worker's CPU, no purer pools measured on the Zen 4 host); 0: the eviction sets' word "
                         "alone (docs/colours.md, \"The slice audit\")" },
 };
+
+/* ---- statistics ----------------------------------------------------------------------------- */
+
+void _ca_colour_stats_json(ca_buf_t* b) {
+  static const char* const names[] = { "off", "calibrating", "ready", "unavailable" };
+  int st = atomic_load_explicit(&L.state, ca_acquire);
+  ca_buf_str(b, "{\"state\":\"");
+  ca_buf_str(b, names[st & 3]);
+  ca_buf_str(b, "\",\"reason\":\"");
+  ca_buf_str(b, L.reason);
+  ca_buf_str(b, "\",\"profile\":");
+  ca_buf_str(b, L.cal_from_profile ? "true" : "false");
+  ca_buf_str(b, ",\"level\":"); ca_buf_u64(b, L.cal.level);
+  ca_buf_str(b, ",\"colours\":"); ca_buf_u64(b, L.cal.colours);
+  ca_buf_str(b, ",\"ways\":"); ca_buf_u64(b, L.cal.ways);
+  ca_buf_str(b, ",\"eviction_sets\":"); ca_buf_u64(b, L.map.ncolours);
+  /* start-up: the worker's phases (ms); ready_ms from its start, 0 while not ready */
+  ca_buf_str(b, ",\"probe_ms\":"); ca_buf_u64(b, L.probe_ns / 1000000);
+  ca_buf_str(b, ",\"discover_ms\":"); ca_buf_u64(b, L.discover_ns / 1000000);
+  ca_buf_str(b, ",\"estimate_ms\":"); ca_buf_u64(b, L.estimate_ns / 1000000);
+  ca_buf_str(b, ",\"ready_ms\":"); ca_buf_u64(b, L.ready_ns / 1000000);
+  ca_buf_str(b, ",\"worker_cpu_ms\":"); ca_buf_u64(b, _ca_cs_worker_cpu_ns() / 1000000);
+  ca_buf_str(b, ",\"worker_paced_ms\":"); ca_buf_u64(b, L.paced_ns / 1000000);
+  ca_buf_str(b, ",\"set_builds\":"); ca_buf_u64(b, L.disc.set_builds);
+  ca_buf_str(b, ",\"set_build_failures\":"); ca_buf_u64(b, L.disc.set_failures);
+  ca_buf_str(b, ",\"set_build_ms\":"); ca_buf_u64(b, L.disc.set_build_ns / 1000000);
+  ca_buf_str(b, ",\"set_builds_plain\":"); ca_buf_u64(b, L.probe.base.plain_searches);
+  static const char* const stage[CA_SEARCH_STAGES] = { "whole", "reduce", "large", "extend", "full", "needed" };
+  ca_buf_str(b, ",\"set_build_failed_at\":{");
+  for (int i = 0; i < CA_SEARCH_STAGES; i++) {
+    ca_buf_str(b, i ? ",\"" : "\""); ca_buf_str(b, stage[i]); ca_buf_str(b, "\":");
+    ca_buf_u64(b, L.probe.base.search_failed[i]);
+  }
+  ca_buf_str(b, "}");
+  ca_buf_str(b, ",\"sets_duplicate\":"); ca_buf_u64(b, L.disc.duplicates);
+  ca_buf_str(b, ",\"start_failures\":"); ca_buf_u64(b, L.start_failures);
+  ca_buf_str(b, ",\"estimated\":"); ca_buf_u64(b, L.estimated);
+  ca_buf_str(b, ",\"estimate_chunks\":"); ca_buf_u64(b, L.estimate_chunks);
+  ca_buf_str(b, ",\"probe_remeasured\":"); ca_buf_u64(b, L.probe_remeasured);
+  ca_buf_str(b, ",\"pages_classified\":"); ca_buf_u64(b, L.classified);
+  ca_buf_str(b, ",\"batches_dropped\":"); ca_buf_u64(b, L.batches_dropped);
+  ca_buf_str(b, ",\"unquiet_batches\":"); ca_buf_u64(b, L.unquiet_batches);
+  ca_buf_str(b, ",\"quiet_ms\":"); ca_buf_u64(b, L.quiet_ns / 1000000);
+  ca_buf_str(b, ",\"classify_ms\":"); ca_buf_u64(b, L.classify_ns / 1000000);
+  ca_buf_str(b, ",\"held_ms\":"); ca_buf_u64(b, L.held_ns / 1000000);
+  ca_buf_str(b, ",\"set_ratio_pct\":"); ca_buf_u64(b, L.probe.set_ratio_pct);
+  ca_buf_str(b, ",\"top_ratio_pct\":"); ca_buf_u64(b, L.top_ratio_pct);
+  ca_buf_str(b, ",\"best_ratio_pct\":"); ca_buf_u64(b, L.best_ratio_pct);
+  ca_buf_str(b, ",\"passes\":"); ca_buf_u64(b, (uint64_t)L.probe.passes);
+  ca_buf_str(b, ",\"verify_drops\":"); ca_buf_u64(b, L.verify_drops);
+  ca_buf_str(b, ",\"frames_kept\":"); ca_buf_u64(b, L.frames_kept);
+  ca_buf_str(b, ",\"frames_rejected\":"); ca_buf_u64(b, K.rejected);
+  ca_buf_str(b, ",\"audit\":{\"groups_judged\":"); ca_buf_u64(b, L.audit_judged);
+  ca_buf_str(b, ",\"groups_invalid\":"); ca_buf_u64(b, L.audit_invalid);
+  ca_buf_str(b, ",\"strays\":"); ca_buf_u64(b, L.audit_strays);
+  ca_buf_str(b, ",\"pages\":"); ca_buf_u64(b, L.audit_pages);
+  ca_buf_str(b, ",\"turned_away\":"); ca_buf_u64(b, L.audit_turned_away);
+  ca_buf_str(b, ",\"groups_loud\":"); ca_buf_u64(b, L.audit_loud);
+  ca_buf_str(b, ",\"loud_pages\":"); ca_buf_u64(b, L.audit_loud_pages);
+  ca_buf_str(b, "}");
+  ca_buf_str(b, ",\"suspicions\":"); ca_buf_u64(b, L.suspicions);
+  ca_buf_str(b, ",\"suspected_by\":{\"claims\":"); ca_buf_u64(b, L.suspected_by[0]);
+  ca_buf_str(b, ",\"starved\":"); ca_buf_u64(b, L.suspected_by[1]);
+  ca_buf_str(b, ",\"audit\":"); ca_buf_u64(b, L.suspected_by[2]);
+  ca_buf_str(b, "}");
+  ca_buf_str(b, ",\"claims_short\":"); ca_buf_u64(b, L.claims_short);
+  ca_buf_str(b, ",\"set_rebuilds\":"); ca_buf_u64(b, L.set_rebuilds);
+  ca_buf_str(b, ",\"backoffs\":"); ca_buf_u64(b, L.backoffs);
+  ca_buf_str(b, ",\"pages_moved\":"); ca_buf_u64(b, _ca_pool_moved());
+  ca_buf_str(b, ",\"pages_moved_limit\":"); ca_buf_u64(b, _ca_pool_moved_limit());
+  ca_buf_str(b, ",\"recolours\":"); ca_buf_u64(b, L.recolours);
+  ca_buf_str(b, ",\"recolour_us\":");
+  ca_buf_fixed(b, L.recolours ? (int64_t)(L.recolour_ns / L.recolours / 10) : 0, 2);
+  ca_buf_str(b, ",\"protect\":");
+  _ca_protect_stats_json(b);
+  ca_buf_str(b, ",\"sets\":[");
+  bool first = true;
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    if (!s->used) continue;
+    if (!first) ca_buf_char(b, ',');
+    first = false;
+    ca_buf_str(b, "{\"id\":"); ca_buf_u64(b, (uint64_t)i);
+    ca_buf_str(b, ",\"slice\":\""); ca_buf_u64(b, s->from); ca_buf_char(b, '/'); ca_buf_u64(b, s->den);
+    ca_buf_str(b, "-"); ca_buf_u64(b, s->to); ca_buf_char(b, '/'); ca_buf_u64(b, s->den);
+    ca_buf_str(b, "\",\"by_elimination\":"); ca_buf_str(b, s->by_elimination ? "true" : "false");
+    ca_buf_str(b, ",\"pool_pages\":"); ca_buf_u64(b, s->pool.count);
+    ca_buf_str(b, ",\"pages_handed\":"); ca_buf_u64(b, s->pool.handed);
+    ca_buf_str(b, ",\"pages_returned\":"); ca_buf_u64(b, s->pool.returned);
+    ca_buf_str(b, ",\"spans_filled\":"); ca_buf_u64(b, s->filled_spans);
+    ca_buf_str(b, ",\"spans_ordinary\":"); ca_buf_u64(b, s->fallback_spans);
+    ca_buf_str(b, ",\"dropped_pages\":"); ca_buf_u64(b, s->dropped_pages);
+    ca_buf_char(b, '}');
+  }
+  ca_buf_str(b, "]}");
+}
+
 
 static void init(void) {
   if (_ca_colour_opt(CA_COPT_RESERVE) != 0) _ca_colour_protect_default();   /* record from the start */

@@ -37,7 +37,7 @@
    models 00h-0Fh: IbsL2Miss unreliable for some DC misses) is not corrected for. */
 #define _GNU_SOURCE
 #include "pmu.h"
-#include "../core/internal.h"
+#include "../core/hooks.h"
 #include "../core/buf.h"
 #include <fcntl.h>
 #include <sys/ioctl.h>

@@ -55,7 +55,7 @@
 #define _GNU_SOURCE
 #include "monitor.h"
 #include "next.h"
-#include "../core/internal.h"
+#include "../core/hooks.h"
 #include "../color/colour.h"
 #include <dirent.h>
 #include <dlfcn.h>

@@ -14,6 +14,6 @@ for dir in "$HOME/.cache" "$XDG_CACHE_HOME"; do
   grep -q '"usable":true' "$dir/chromalloc/profile.json" || { echo "FAIL the calibration was not usable"; exit 1; }
 done
 [ ! -e "$CHROMALLOC_PROFILE" ] || { echo "FAIL the test's own profile exists"; exit 1; }
-"$bin/test_colour_start-cstatic"
+"$bin/test_colour_start-internal"
 [ ! -e "$CHROMALLOC_PROFILE" ] || { echo "FAIL the test wrote a profile"; exit 1; }
 echo "profile isolation: the user's calibrated profile was not read"

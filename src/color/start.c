@@ -1,0 +1,238 @@
+/* The worker's start: the machine profile, or else the colour count estimated from pages and
+   the first eviction sets; a start that fails for the moment (a loud host) is made again after
+   a wait that doubles, and the layer is unavailable after CA_COLOUR_START_TRIES in a row. */
+#define _GNU_SOURCE
+#include "layer.h"
+#include <time.h>
+
+static uint32_t round_colours(uint32_t n) {
+  uint32_t c = 1;
+  while (c * 2 <= CA_COLOURS_MAX && (double)c * 1.41421356 < (double)n) c *= 2;
+  return c;
+}
+
+/* The eviction sets are not to be trusted: forget them and what they classified; the worker
+   finds them again (or gives up, saying so).  drop_sets also drops the pages they stocked. */
+void _ca_cs_forget_sets(void) {
+  _ca_lock(&L.lock);
+  L.map.ncolours = 0;
+  L.top_ratio_pct = L.best_ratio_pct = 0;
+  _ca_unlock(&L.lock);
+  if (L.src.npages) {
+    memset(L.src.colour, -1, L.src.npages);
+    memset(L.src.tested, 0, L.src.npages);
+  }
+}
+
+void _ca_cs_drop_sets(void) {
+  _ca_lock(&L.lock);
+  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
+    for (void* page; (page = _ca_pool_pop(&L.sets[i].pool)) != NULL;) _ca_pool_drop(page);
+    ca_audit_group_t* g = &L.sets[i].audit;
+    while (g->n > 0) _ca_pool_drop(g->page[--g->n]);
+    g->valid = false;
+    L.sets[i].unvouched = _ca_cs_audit_need(&L.sets[i]) > 0;
+  }
+  L.set_rebuilds++;
+  _ca_unlock(&L.lock);
+  _ca_cs_forget_sets();
+}
+
+/* Without a profile the colour count is estimated: pages are classified against the first few
+   colours' sets, and each set claims about one page in `colours`.  Cache geometries have
+   power-of-two colour counts, so the estimate is rounded to one.  A page counts as claimed when
+   the first of three tests and two of them say so, not the three "fully evicted" tests that
+   fill pools: every further or stricter test also loses true positives on a busy host, which
+   biases the count up (64 for 32 in 1 of 20 processes with three in a row; 32 for 16 in 1 of 2
+   with the strict kind; on the Zen 5 host one plain test in 20 reads low).  The tests ask
+   whether the set evicts the page clearly (probe.c), between the plain and the strict
+   question: at the plain rule a page sharing part of a set's colour (one in three on the Zen
+   5 host) was claimed too, and the estimate read 8 for 16, or needed its second try, in 5 of
+   16 pv messages processes, against 0 of 16 asked clearly (interleaved; 0 of 10 each in 10
+   more rounds, a quieter moment) - unless the eviction-set searches found the clear rule too
+   high just now (evset.c), when they ask plainly.
+
+   The pages are far from a random sample of colours: the frames of one 4 MiB chunk fell
+   unevenly on this VM's colours (four sets claiming 8, 6, 22 and 21 of its 1024 pages, 2, 75,
+   99 and 78 of the next chunk's), and a chunk unmapped and mapped again gets the same frames
+   back (six estimates in one process then claimed 80 of 1024 pages each, and all said 64 for
+   32).  So the claims add up over chunks that stay mapped until the end, up to SAMPLES of them,
+   and the estimate is taken again after each, from the median set's claims: one set of four
+   could claim almost nothing (1 and 2 of 1024 and 2048 pages, the others 24-30 and 52-95). */
+static uint32_t estimate_colours_from_pages(uint32_t expected) {
+  enum { SAMPLE = 2 * STOCK_CHUNK, SAMPLES = 6 };
+  uint8_t* chunk[SAMPLES];
+  uint32_t claims[CA_COLOURS_MAX] = {0}, sorted[CA_COLOURS_MAX], n = L.map.ncolours, estimate = 0;
+  uint64_t pages = 0;
+  int k = 0;
+  ca_ask_t ask = L.probe.base.search_plainly ? CA_ASK_PLAIN : CA_ASK_CLEARLY;
+  for (; n > 0 && k < SAMPLES && (estimate != expected || k == 0); k++) {
+    if ((chunk[k] = _ca_pool_supply(SAMPLE)) == NULL) break;
+    for (size_t i = 0; i < SAMPLE; i++) {
+      int c = _ca_colour_classify_n(&L.probe.base, &L.map, chunk[k] + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, ask);
+      if (c >= 0) claims[c]++;
+    }
+    pages += SAMPLE;
+    memcpy(sorted, claims, n * sizeof *sorted);
+    for (uint32_t i = 1; i < n; i++)               /* insertion sort: n <= 64 */
+      for (uint32_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) { uint32_t t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
+    double median = (sorted[(n - 1) / 2] + sorted[n / 2]) / 2.0;
+    estimate = median > 0 ? round_colours((uint32_t)((double)pages / median + 0.5)) : 0;
+  }
+  for (int i = 0; i < k; i++) _ca_os_unmap(chunk[i], SAMPLE * CA_OS_PAGE);
+  L.estimated = estimate;
+  L.estimate_chunks = (uint32_t)k;
+  return estimate;
+}
+
+/* The first four sets, without a profile.  Thresholds measured while the program streams
+   memory on the other core can be wrong for good (pv frames: no set in 20 s, 3 runs of 6): when
+   a few seconds find no new colour, they are measured again. */
+static void discover_first(uint32_t expected, size_t level_bytes, uint64_t* rng) {
+  if (CA_INJECTED(L.inject_no_sets)) return;
+  for (int tries = 0; tries < 10 && L.map.ncolours < 4; tries++) {
+    uint32_t had = L.map.ncolours;
+    _ca_colour_discover(&L.probe.base, &L.map, &L.src, 4, expected, 3000, rng, &L.disc);
+    if (L.map.ncolours == had && !_ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) break;
+  }
+}
+
+/* `expected` is what sysfs's geometry implies: an estimate agreeing with it settles it.  When
+   none does, the estimate is not trusted (on the Zen 5 host 3 processes in 8 estimated 8 or 64
+   colours for 16: pages partly evicted by another colour's set inflate the claims, and missed
+   tests deflate them).  It is taken once more with four new sets (here 2 of 30 pv frames
+   processes estimated 16 for 32 over six chunks, and the discovery below kept them from being
+   ready for 14 s or more); when that disagrees too, the colours are counted the way `chromalloc
+   calibrate` counts them, by discovering all of them (10-25 s of the worker's time here), and
+   the count rounded to a power of two, or the number of sets found when that is more (a
+   duplicate set that the pruning sweep missed on a noisy host: calibrate counts it too).  The
+   second try doubles the chance that a wrong sysfs geometry is taken for true by a chance
+   agreement (a first estimate was off by a factor of two in 10 of 164 processes here).
+   The probe is measured again before it: its rule stays below what the stream measured at
+   start-up, and a low reading there is kept for the process's life.  Zen 4 VM, 40 pv messages
+   processes: the one never ready had the rule at 134% (stream 168% of the hit chase, sets
+   225%; 150% in 34 of the 39 others), and both its tries said 16.  Measured again, the second
+   try settled 6 of the 7 processes in 60 that needed it (without, 4 of 6 in 70: too few to
+   show a difference); 1 in 60 was never ready either way. */
+static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t* rng) {
+  if (estimate_colours_from_pages(expected) == expected) return expected;
+  _ca_cs_forget_sets();
+  L.probe_remeasured++;
+  _ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
+  discover_first(expected, level_bytes, rng);
+  if (L.map.ncolours >= 2 && estimate_colours_from_pages(expected) == expected) return expected;
+  _ca_colour_discover(&L.probe.base, &L.map, &L.src, 0, expected, 60000, rng, &L.disc);
+  uint32_t n = L.map.ncolours, c = round_colours(n);
+  return n < 2 ? 0 : n > c ? n : c;
+}
+
+enum { START_OK, START_RETRY, START_NEVER };
+
+/* START_RETRY: the measurement failed for the moment (why says how); START_NEVER: the layer
+   cannot work here (the state is UNAVAILABLE, with the reason) */
+static int calibrate_or_load(uint64_t* rng, const char** why) {
+  if (CA_INJECTED(L.inject_failures)) { *why = "test: a start failed on purpose"; return START_RETRY; }
+  ca_calibration_t saved;
+  memset(&saved, 0, sizeof saved);
+  bool have = _ca_profile_load(&saved);
+  if (have && !saved.usable) {
+    /* `chromalloc calibrate` found colours uncontrollable on this machine: do not retry here */
+    _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, saved.reason[0] ? saved.reason : "the machine profile says so");
+    return START_NEVER;
+  }
+  L.cal = saved;
+  L.cal_from_profile = have && saved.method == CA_METHOD_TIMING && saved.colours >= 2;
+  if (!L.cal_from_profile) memset(&L.cal, 0, sizeof L.cal);
+  const ca_cache_level_t* l2 = NULL;
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++) if (_ca_machine.levels[i].level == 2) l2 = &_ca_machine.levels[i];
+  if (!L.cal_from_profile) {
+    if (l2 == NULL || l2->ways == 0 || l2->ways > CA_WAYS_MAX) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "no L2 described by sysfs or cpuid"); return START_NEVER; }
+    L.cal.level = 2;
+    L.cal.ways = l2->ways;
+    L.cal.line = l2->line;
+    L.cal.method = CA_METHOD_TIMING;
+  }
+  size_t level_bytes = l2 && l2->size > (1u << 20) ? l2->size : (1u << 20);
+  /* the probe measures for about 3 s before it gives up; a busy moment can last longer (pv
+     frames streams 3 MiB per frame on the other core: 2 runs of 7 ran without colours), so the
+     worker tries again for a minute, the layer calibrating meanwhile.  One second between two
+     tries: the moment often ends soon (with 5 s, 7 of 54 pv frames processes took 7.7-10.5 s
+     to measure the probe, the first try failing while the program ran) */
+  bool probe = false;
+  uint64_t t0 = _ca_clock_ns();
+  for (int tries = 0; tries < 15 && !probe; tries++) {
+    if (tries > 0) { struct timespec t = { 1, 0 }; nanosleep(&t, NULL); }
+    probe = _ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
+  }
+  L.probe_ns = _ca_clock_ns() - t0;
+  if (!probe) { *why = "timing cannot tell the L2 from what lies beyond it"; return START_RETRY; }
+  if (!_ca_page_source_init(&L.src, 4096)) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
+  L.map.ways = L.cal.ways;
+  if (!L.cal_from_profile) {
+    uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
+    t0 = _ca_clock_ns();
+    discover_first(expected, level_bytes, rng);
+    L.discover_ns = _ca_clock_ns() - t0;
+    t0 = _ca_clock_ns();
+    L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, level_bytes, rng) : 0;
+    L.estimate_ns = _ca_clock_ns() - t0;
+    /* no colours (fewer than two sets found: the probe could not be measured again, or every
+       search failed) is a failure too: until cb5a768 such a start was taken for a good one, and
+       the layer said "ready" with no set (1 pv packets process in 20, its spans ordinary) */
+    if (L.cal.colours < 2 || L.cal.colours < L.map.ncolours) { *why = "could not measure the colours of the L2"; return START_RETRY; }
+    L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
+  }
+  return START_OK;
+}
+
+/* A start that failed for the moment (the host loud for longer than the measurements wait:
+   on the Zen 5 host 1 benchmark process in 12 gave up after 12 s, and pv's settle lasts 20 s)
+   is made again after a wait, 1 s, then doubling: CA_COLOUR_START_TRIES in a row, half a
+   minute of waiting and a few seconds of the worker's measuring per try.  Then the layer is
+   unavailable for the process's life.  Each time the layer is ready again the count starts
+   afresh: a long-lived process whose sets are lost and not found again now and then (a drop
+   on a loud host) would otherwise lose the layer for good at its sixth such moment.  At the
+   start the state stays CALIBRATING meanwhile (eviction sets that cannot be found again after
+   a drop leave it READY, the spans ordinary memory until they are), and `reason` says why the
+   last try failed.  False: give up. */
+bool _ca_cs_retry_later(const char* why) {
+  ca_buf_t b = ca_buf(L.reason, sizeof L.reason);
+  ca_buf_str(&b, why);
+  L.start_failures++;
+  if (++L.failures_in_row >= CA_COLOUR_START_TRIES) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, NULL); return false; }
+  uint64_t ms = (uint64_t)L.retry_ms << (L.failures_in_row - 1);
+  struct timespec t = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+  while (nanosleep(&t, &t) != 0) {}
+  return true;
+}
+
+/* calibrate (or load the profile), starting again while a failure is for the moment */
+bool _ca_cs_start(uint64_t* rng) {
+  for (;;) {
+    const char* why = NULL;
+    int r = calibrate_or_load(rng, &why);
+    if (r != START_RETRY) return r == START_OK;
+    _ca_cs_forget_sets();
+    _ca_page_source_free(&L.src);
+    if (!_ca_cs_retry_later(why)) return false;
+  }
+}
+
+
+#ifdef CA_TEST_HOOKS
+void _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms) {
+  L.inject_failures = n;
+  L.retry_ms = retry_ms;
+}
+
+void _ca_colour_test_no_sets(uint32_t n, uint32_t retry_ms) {
+  L.inject_no_sets = n;
+  L.retry_ms = retry_ms;
+}
+
+/* tests: the ready worker loses its eviction sets and fails to find them n times */
+void _ca_colour_test_drop_sets(uint32_t n) {
+  atomic_store(&L.inject_drops, n);
+  _ca_cs_wake_worker();
+}
+#endif
