@@ -259,7 +259,7 @@ static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void*
      (nightwatch_monitor=1), a routed class had 91 of pv packets' 6000 chunks monitored */
   if (policy && n >= CA_OS_PAGE && atomic_load_explicit(&class_placed[c], ca_relaxed)) {
     void* q = _ca_policy_place(n, false, frame, ret);
-    if (q != NULL) return q;
+    if (q != NULL) { h->sample_left -= (int64_t)_ca_class_size[c]; return q; }   /* still sampled */
   }
   if (!via) return NULL;
   ca_heap_t* f = _ca_heap_flavour(atomic_load_explicit(&class_route[c], ca_relaxed));

@@ -503,8 +503,12 @@ static class_want_t class_want(uint32_t k) {
   }
   class_want_t w;
   bool medium = _ca_class_size[k] >= CA_OS_PAGE;
-  w.route = total >= ROUTE_MIN && r * 100 >= (uint64_t)total * ROUTE_SHARE_PCT;
-  w.shared = medium && r > 0 && !w.route;
+  bool restrictive_only = r * 100 >= (uint64_t)total * ROUTE_SHARE_PCT;
+  w.route = total >= ROUTE_MIN && restrictive_only;
+  /* shared: another context holds its part of the samples (not merely too few samples yet: a
+     class only a polluter used was named one by one until its eighth sample, and from then on
+     its chunks came from `place`, uncounted, so the eighth never came) */
+  w.shared = medium && r > 0 && !restrictive_only;
   w.one_by_one = w.shared || (medium && (grouped || !NW.groups || NW.monitor_all));
   return w;
 }
