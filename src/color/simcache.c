@@ -107,8 +107,9 @@ int _ca_sim_colour(const void* p) {
 
 static bool sim_evicts(ca_probe_t* p, void* r, void* const* pages, size_t n) {
   p->tests++;
-  if (_ca_machine.probe_ns != 0)                   /* the CPU a timed test would take */
-    for (uint64_t t0 = _ca_clock_ns(); _ca_clock_ns() - t0 < _ca_machine.probe_ns;) ca_cpu_relax();
+  uint64_t t0, t;                                  /* the CPU a timed test would take (CPU time, */
+  if (_ca_machine.probe_ns != 0 && _ca_clock_read_ns(CLOCK_THREAD_CPUTIME_ID, &t0))   /* not wall time) */
+    while (_ca_clock_read_ns(CLOCK_THREAD_CPUTIME_ID, &t) && t - t0 < _ca_machine.probe_ns) ca_cpu_relax();
   _ca_lock(&S.lock);
   uint32_t c = colour(frame_of((uintptr_t)r)), same = 0;
   for (size_t i = 0; i < n && same < S.ways; i++)

@@ -6,4 +6,4 @@
 set -eu
 bin=$1 lib=$2
 python3 "$(dirname "$0")/../../tools/chromalloc" calibrate --quick --lib "$lib" --out "$CHROMALLOC_PROFILE" >/dev/null
-CHROMALLOC_OPTIONS=colour_worker=10,colour_pool=64 LD_PRELOAD=$lib "$bin/test_colour_api-plain" pace
+CHROMALLOC_STATS=$TEST_WORK/stats.json CHROMALLOC_OPTIONS=colour_worker=10,colour_pool=64 LD_PRELOAD=$lib "$bin/test_colour_api-plain" pace
