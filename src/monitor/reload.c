@@ -1,0 +1,96 @@
+/* The sampling count (pages sampled per chunk), the pair rule, and the timed reload that tells
+   an L2 hit from a miss (counted as interference: monitor.c says why it does not decide). */
+#define _GNU_SOURCE
+#include "mon.h"
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- sampling count: ceil(s^0.65) without libm: the least k with k^20 >= s^13 ------------- */
+static double pow20(double x) { double x2 = x * x, x4 = x2 * x2, x5 = x4 * x, x10 = x5 * x5; return x10 * x10; }
+static double pow13(double x) { double x2 = x * x, x4 = x2 * x2, x8 = x4 * x4; return x8 * x4 * x; }
+
+uint32_t _ca_monitor_samples(size_t pages) {
+  if (pages <= 1) return (uint32_t)pages;
+  double target = pow13((double)pages);
+  uint32_t lo = 1, hi = pages < MAX_SAMPLES ? (uint32_t)pages : MAX_SAMPLES;
+  if (pow20(hi) < target) return hi;                   /* capped */
+  while (lo < hi) { uint32_t mid = (lo + hi) / 2; if (pow20(mid) < target) lo = mid + 1; else hi = mid; }
+  return lo;
+}
+
+/* ---- the pair rule (pure: tests drive it) ------------------------------------------------- */
+bool _ca_monitor_judge(uint64_t between, size_t stride, size_t l2) {
+  return between + stride <= l2;
+}
+
+/* ---- the timed reload ---------------------------------------------------------------------- */
+static unsigned chase_line(unsigned line, unsigned i) { return (line + i * 9) & 63; }
+
+/* A dependent chase over CHASE_LINES lines from `line`; the translation is warmed first by a
+   load from a line outside the chase (a fault or mprotect has just flushed it). */
+uint64_t _ca_mon_chase(const uint8_t* page, unsigned line) {
+  uintptr_t dep = *(const volatile uint8_t*)(page + (((line + 4) & 63) << 6) + 32) & 0;
+  uint64_t t0 = _ca_ticks();
+  for (unsigned i = 0; i < CHASE_LINES; i++) {
+    uint64_t v = *(const volatile uint64_t*)(page + ((uintptr_t)chase_line(line, i) << 6 | dep));
+    __asm__ volatile("and $0, %0" : "+r"(v));          /* 0, but only once the load is done */
+    dep = (uintptr_t)v;
+  }
+  return _ca_ticks() - t0 + dep;
+}
+
+/* the lines the next chase will time, loaded at a reference */
+void _ca_mon_touch_lines(const uint8_t* page, unsigned line) {
+  for (unsigned i = 0; i < CHASE_LINES; i++) (void)*(const volatile uint8_t*)(page + (chase_line(line, i) << 6));
+}
+
+static uint32_t median(uint32_t* v, int n) {
+  for (int i = 1; i < n; i++) for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { uint32_t t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+  return v[n / 2];
+}
+
+
+/* Chase times with the lines in the L2 and after streaming twice the L2 over them, measured on
+   one CPU (an L2 is private to its core). */
+static void measure(void) {
+  size_t bytes = 2 * M.l2 + 2 * CA_OS_PAGE;
+  uint8_t* buf = _ca_os_map(bytes);
+  if (buf == NULL) return;
+  memset(buf, 1, bytes);
+  uint8_t* page = buf;
+  uint8_t* stream = buf + CA_OS_PAGE;
+  enum { R = 9 };
+  uint32_t hit[R], miss[R];
+  volatile uint8_t sink = 0;
+  for (int r = 0; r < R; r++) {
+    _ca_mon_touch_lines(page, (unsigned)r);
+    for (size_t o = 0; o < 128 * 1024; o += 64) sink += stream[o];        /* out of the L1 */
+    hit[r] = (uint32_t)_ca_mon_chase(page, (unsigned)r);
+    for (size_t o = 0; o < 2 * M.l2; o += 64) stream[o]++;
+    miss[r] = (uint32_t)_ca_mon_chase(page, (unsigned)r);
+  }
+  (void)sink;
+  M.hit_ticks = median(hit, R);
+  M.miss_ticks = median(miss, R);
+  M.threshold = M.miss_ticks > M.hit_ticks + M.hit_ticks / 5 ? (M.hit_ticks + M.miss_ticks) / 2 : 0;
+  _ca_os_unmap(buf, bytes);
+}
+
+void _ca_mon_calibrate(void) {
+  cpu_set_t was, one;
+  bool pinned = sched_getaffinity(0, sizeof was, &was) == 0;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  if (pinned) pinned = sched_setaffinity(0, sizeof one, &one) == 0;
+  measure();
+  if (pinned) sched_setaffinity(0, sizeof was, &was);
+  atomic_store_explicit(&M.measured, true, ca_release);
+}
+
