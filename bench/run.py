@@ -56,8 +56,8 @@ class Allocator:
     index_only: bool = False      # only in the index benchmark
 
 
-def allocator_table(chromalloc: Path) -> dict:
-    """The one place where allocators are defined."""
+def allocator_table(chromalloc: Path, also=()) -> dict:
+    """The one place where allocators are defined (`also`: more chromalloc builds, NAME=LIB[:OPTIONS])."""
     table = [
         Allocator("glibc", None),
         Allocator("jemalloc", str(LIBDIR / "libjemalloc.so.2"), package="libjemalloc2"),
@@ -67,6 +67,10 @@ def allocator_table(chromalloc: Path) -> dict:
         Allocator("chromalloc-ciu", str(chromalloc), env={"CHROMALLOC_OPTIONS": "layout=ciu"},
                   index_only=True),
     ]
+    for spec in also:
+        name, _, rest = spec.partition("=")
+        lib, _, opts = rest.partition(":")
+        table.append(Allocator(name, str(Path(lib).resolve()), env={"CHROMALLOC_OPTIONS": opts} if opts else {}))
     return {a.name: a for a in table}
 
 
@@ -778,13 +782,15 @@ def main():
     ap.add_argument("--allocators", help="comma-separated allocators (default: all)")
     ap.add_argument("--chromalloc", help="path of libchromalloc.so (default: build/libchromalloc.so)")
     ap.add_argument("--out", help="results directory (default: bench/results)")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=LIB[:OPTIONS]",
+                    help="another chromalloc build in the same interleaved runs (e.g. an older one)")
     args = ap.parse_args()
     global RESULTS
     if args.out:
         RESULTS = Path(args.out).resolve()
 
     chromalloc = Path(args.chromalloc).resolve() if args.chromalloc else ROOT / "build" / "libchromalloc.so"
-    table = allocator_table(chromalloc)
+    table = allocator_table(chromalloc, args.also)
     wanted = args.allocators.split(",") if args.allocators else list(table)
     unknown = [n for n in wanted if n not in table]
     if args.mode == "suite":
