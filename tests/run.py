@@ -78,6 +78,7 @@ def suite(build):
     # the layers hold at link time
     add("lean-symbols", ["sh", os.path.join(ROOT, "tests/unit/lean_symbols.sh"), so])
     add("core-alone", [os.path.join(b, "core-alone")])
+    add("core-calls", ["sh", os.path.join(ROOT, "tests/unit/core_calls.sh"), build])
     # geometry: the quick check on every combination, the tests whose logic depends on it on
     # every L2 (the L1d and the index alternating)
     for g, _ in GEOMETRIES:

@@ -20,10 +20,10 @@
 ca_machine_t _ca_machine;
 
 static bool read_small(const char* path, char* buf, size_t len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = _ca_os_open(path, O_RDONLY, 0);
   if (fd < 0) return false;
-  ssize_t n = read(fd, buf, len - 1);
-  close(fd);
+  long n = _ca_os_read(fd, buf, len - 1);
+  _ca_os_close(fd);
   if (n <= 0) return false;
   buf[n] = 0;
   return true;

@@ -1,12 +1,17 @@
-/* OS interface: the only file that talks to mmap/munmap/madvise, the clock, the random source
-   and stderr.  Every helper keeps errno as the caller left it, except _ca_os_map which reports
-   ENOMEM, so free() never changes errno.  Nothing here allocates. */
+/* OS interface: the only file that talks to the kernel for the core (memory, files, the clock,
+   the random source, stderr), through its own system-call stub and the vDSO's clock, never a
+   libc function the cache runtime interposes (it wraps open, read, write, clock_gettime ... for
+   its sampled pages: the core's own calls must not go through it).  Every helper keeps errno as
+   the caller left it, except _ca_os_map which reports ENOMEM, so free() never changes errno.
+   Nothing here allocates. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include "buf.h"
 #include <sched.h>
 #include <stdlib.h>
 #include <stdarg.h>
+#include <elf.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -90,15 +95,69 @@ void _ca_os_purge(void* p, size_t size) { if (size != 0) sys_madvise(p, size, MA
 
 void _ca_os_thp(void* p, size_t size, bool on) { sys_madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE); }
 
+/* ---- files ---------------------------------------------------------------------------------- */
+
+int _ca_os_open(const char* path, int flags, int mode) {
+  return (int)_ca_syscall6(SYS_openat, AT_FDCWD, (long)path, flags | O_CLOEXEC, mode, 0, 0);
+}
+long _ca_os_read(int fd, void* buf, size_t n) { return _ca_syscall6(SYS_read, fd, (long)buf, (long)n, 0, 0, 0); }
+long _ca_os_write(int fd, const void* buf, size_t n) { return _ca_syscall6(SYS_write, fd, (long)buf, (long)n, 0, 0, 0); }
+void _ca_os_close(int fd) { _ca_syscall6(SYS_close, fd, 0, 0, 0, 0, 0); }
+
+/* ---- the clock: the vDSO's clock_gettime, found once in its dynamic symbols ------------------ */
+
+typedef int (*gettime_fn)(clockid_t, struct timespec*);
+static _Atomic(gettime_fn) vdso_gettime;
+static _Atomic(bool) vdso_looked;
+
+#if defined(__x86_64__) || defined(__aarch64__)
+static gettime_fn vdso_lookup(void) {
+  uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+  if (base == 0) return NULL;
+  const Elf64_Ehdr* eh = (const Elf64_Ehdr*)base;
+  const Elf64_Phdr* ph = (const Elf64_Phdr*)(base + eh->e_phoff);
+  intptr_t bias = 0;
+  bool have_load = false;
+  for (int i = 0; i < eh->e_phnum; i++)
+    if (ph[i].p_type == PT_LOAD && !have_load) { bias = (intptr_t)(base + ph[i].p_offset - ph[i].p_vaddr); have_load = true; }
+  const Elf64_Shdr* sh = (const Elf64_Shdr*)(base + eh->e_shoff);
+  if (!have_load || eh->e_shoff == 0) return NULL;
+  for (int i = 0; i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_entsize == 0) continue;
+    const Elf64_Sym* sym = (const Elf64_Sym*)(base + sh[i].sh_offset);
+    const char* names = (const char*)(base + sh[sh[i].sh_link].sh_offset);
+    for (size_t k = 0; k < sh[i].sh_size / sh[i].sh_entsize; k++) {
+      const char* n = names + sym[k].st_name;
+      if (sym[k].st_shndx != SHN_UNDEF && (strcmp(n, "__vdso_clock_gettime") == 0 || strcmp(n, "__kernel_clock_gettime") == 0))
+        return (gettime_fn)(bias + (intptr_t)sym[k].st_value);
+    }
+  }
+  return NULL;
+}
+#else
+static gettime_fn vdso_lookup(void) { return NULL; }
+#endif
+
+static bool clock_read(clockid_t clock, struct timespec* t) {
+  gettime_fn f = atomic_load_explicit(&vdso_gettime, ca_relaxed);
+  if (f == NULL && !atomic_load_explicit(&vdso_looked, ca_acquire)) {
+    f = vdso_lookup();
+    atomic_store_explicit(&vdso_gettime, f, ca_relaxed);
+    atomic_store_explicit(&vdso_looked, true, ca_release);
+  }
+  if (f != NULL) return f(clock, t) == 0;
+  return _ca_syscall6(SYS_clock_gettime, clock, (long)t, 0, 0, 0, 0) == 0;
+}
+
 uint64_t _ca_clock_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  struct timespec t = {0, 0};
+  clock_read(CLOCK_MONOTONIC_COARSE, &t);
   return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
 bool _ca_clock_read_ns(clockid_t clock, uint64_t* ns) {
   struct timespec t;
-  if (clock_gettime(clock, &t) != 0) return false;
+  if (!clock_read(clock, &t)) return false;
   *ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
   return true;
 }
@@ -111,10 +170,10 @@ uint64_t _ca_clock_ns(void) {
 
 void _ca_os_random(void* buf, size_t len) {
   int e = errno;
-  if (getrandom(buf, len, GRND_NONBLOCK) != (ssize_t)len) {
+  if (_ca_syscall6(SYS_getrandom, (long)buf, (long)len, GRND_NONBLOCK, 0, 0, 0) != (long)len) {
     /* no entropy source yet: mix the clock, the stack address and the pid */
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    struct timespec t = {0, 0};
+    clock_read(CLOCK_MONOTONIC, &t);
     uint64_t x = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 32) ^ (uintptr_t)&t ^ (uint64_t)getpid() << 16;
     uint8_t* b = buf;
     for (size_t i = 0; i < len; i++) {
@@ -128,7 +187,7 @@ void _ca_os_random(void* buf, size_t len) {
 size_t _ca_os_rss_peak(void) {
   struct rusage ru;
   int e = errno;
-  size_t r = getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
+  size_t r = _ca_syscall6(SYS_getrusage, RUSAGE_SELF, (long)&ru, 0, 0, 0, 0) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
   errno = e;
   return r;
 }
@@ -137,10 +196,10 @@ size_t _ca_os_rss_now(void) {
   int e = errno;
   char buf[128];
   size_t r = 0;
-  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  int fd = _ca_os_open("/proc/self/statm", O_RDONLY, 0);
   if (fd >= 0) {
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    long n = _ca_os_read(fd, buf, sizeof buf - 1);
+    _ca_os_close(fd);
     if (n > 0) {
       buf[n] = 0;
       const char* q = buf;
@@ -161,7 +220,7 @@ void _ca_write_stderr(const char* msg) {
   int e = errno;
   size_t n = strlen(msg);
   while (n > 0) {
-    ssize_t w = write(2, msg, n);
+    long w = _ca_os_write(2, msg, n);
     if (w <= 0) break;
     msg += w; n -= (size_t)w;
   }

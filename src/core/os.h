@@ -48,6 +48,10 @@ uint64_t _ca_clock_ms(void);                                /* coarse, cheap */
 uint64_t _ca_clock_ns(void);
 bool     _ca_clock_read_ns(clockid_t clock, uint64_t* ns);  /* any clock (a thread's CPU time) */
 void     _ca_os_random(void* buf, size_t len);
+int      _ca_os_open(const char* path, int flags, int mode);   /* fd, or -errno (O_CLOEXEC added) */
+long     _ca_os_read(int fd, void* buf, size_t n);             /* bytes, or -errno */
+long     _ca_os_write(int fd, const void* buf, size_t n);
+void     _ca_os_close(int fd);
 size_t   _ca_os_rss_peak(void);                             /* bytes, from getrusage */
 size_t   _ca_os_rss_now(void);                              /* bytes, from /proc/self/statm */
 void     _ca_write_stderr(const char* msg);

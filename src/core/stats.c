@@ -195,17 +195,19 @@ __attribute__((visibility("default"))) int chromalloc_stats_write(const char* pa
   _ca_lock(&report_lock);
   ca_buf_t b = ca_buf(report, sizeof report);
   _ca_stats_json(&b);
-  int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = _ca_os_open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   int rc = -1;
-  if (fd >= 0) {
+  if (fd < 0) errno = -fd;
+  else {
     size_t n = b.len < sizeof report ? b.len : sizeof report - 1, off = 0;
     while (off < n) {
-      ssize_t w = write(fd, report + off, n - off);
+      long w = _ca_os_write(fd, report + off, n - off);
+      if (w < 0) errno = (int)-w;
       if (w <= 0) break;
       off += (size_t)w;
     }
     rc = off == n ? 0 : -1;
-    close(fd);
+    _ca_os_close(fd);
   }
   _ca_unlock(&report_lock);
   return rc;
