@@ -36,7 +36,7 @@
    loads from the lines touched at the first, against thresholds measured at start) says
    whether the data is in the L2 *now*, which includes what other chunks did to it: a hot
    index reused every lap next to a streamed frame buffer reloads from memory too, and was
-   judged a polluter (18 of 18 pairs, pv frames, issue 4 notes).  Time is not used either: how
+   judged a polluter (18 of 18 pairs, pv frames).  Time is not used either: how
    long an idle line survives in the L2 depends on what else shares the core (measured in
    this VM by the monitor thread: from 300 us to more than 8 ms in successive runs), and a reuse
    that comes late because a polluter ran in between is exactly what restricting the polluter

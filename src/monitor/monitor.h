@@ -72,7 +72,7 @@ void   _ca_monitor_stats_json(struct ca_buf_s* b);
    judge chunks by the samples they feed (no traps, no rings). */
 struct ca_pmu_sample_s;
 void   _ca_monitor_feed(const struct ca_pmu_sample_s* s, size_t n);
-void   _ca_monitor_use_samples(void);
+void   _ca_monitor_use_samples(void);           /* test builds only (CA_TEST_HOOKS) */
 struct ca_layer_s;
 extern const struct ca_layer_s _ca_layer_monitor;
 #pragma GCC visibility pop

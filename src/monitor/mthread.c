@@ -272,7 +272,9 @@ void _ca_mon_open_ring(void) {
   if (_ca_pmu_thread_open(&M.pmu, &M.rings[i], PMU_PERIOD) != 0) M.rings[i].fd = -1;
 }
 
+#ifdef CA_TEST_HOOKS
 void _ca_monitor_use_samples(void) { M.use_pmu = M.fed = true; }
+#endif
 
 bool _ca_mon_async_mapped(void);
 

@@ -67,40 +67,27 @@ static void test_calibrate(void) {
   CHECK(!exists(path_in("xdg/chromalloc")));
 }
 
-/* The layer of a child started with the profile given: from the profile or not, and ready. */
-static int start_with(void* profile) {
-  setenv("CHROMALLOC_PROFILE", (const char*)profile, 1);
+/* A child's colour layer started with the profile at `path`: ready, and its statistics hold
+   every text of `want` (NULL-terminated). */
+typedef struct { const char* path; const char* want[3]; } start_case_t;
+static int start_with(void* arg) {
+  const start_case_t* c = arg;
+  static char json[1 << 16];
+  setenv("CHROMALLOC_PROFILE", c->path, 1);
   int id = _ca_colour_set(0, 1, 8);
   CHECK(id > 0 && _ca_colour_prepare(id, 8, 30000) == 0);
+  ca_buf_t b = ca_buf(json, sizeof json);
+  _ca_colour_stats_json(&b);
+  for (int i = 0; c->want[i] != NULL; i++) CHECK(strstr(json, c->want[i]) != NULL);
   return check_failures;
 }
 
 static void test_layer_uses_profile(void) {
-  static char json[1 << 16];
-  pid_t pid = fork();
-  if (pid == 0) {
-    check_failures = check_passes = 0;
-    int r = start_with((void*)path_in("cal/profile.json"));
-    ca_buf_t b = ca_buf(json, sizeof json);
-    _ca_colour_stats_json(&b);
-    CHECK(strstr(json, "\"profile\":true") != NULL);
-    CHECK(strstr(json, "\"estimate_chunks\":0") != NULL);   /* no colour count estimated */
-    _exit(r + check_failures);
-  }
-  int st;
-  waitpid(pid, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  pid = fork();
-  if (pid == 0) {
-    check_failures = check_passes = 0;
-    int r = start_with((void*)path_in("absent.json"));
-    ca_buf_t b = ca_buf(json, sizeof json);
-    _ca_colour_stats_json(&b);
-    CHECK(strstr(json, "\"profile\":false") != NULL);
-    _exit(r + check_failures);
-  }
-  waitpid(pid, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  /* with the profile: no colour count estimated; without: measured */
+  start_case_t with = { path_in("cal/profile.json"), { "\"profile\":true", "\"estimate_chunks\":0", NULL } };
+  start_case_t without = { path_in("absent.json"), { "\"profile\":false", NULL } };
+  CHECK_EQ(fork_children(1, start_with, &with, "the layer with a profile"), 1);
+  CHECK_EQ(fork_children(1, start_with, &without, "the layer without one"), 1);
 }
 
 int main(void) {
