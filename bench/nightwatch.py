@@ -28,8 +28,7 @@ build/bench/nightwatch/ (run.py may rebuild build/bench/ meanwhile).
               victim starts once the polluter has streamed 20 buffers and, under the policy,
               settled (--settle) until its restrictive pool holds a buffer (pv --ready-file);
               the polluter's buffer is frames' (3 MiB here): its former 16 MiB of 1/8 pages
-              were never stocked within 20 s here (the colour layer's limit, docs/colours.md),
-              and until 2026-11-26 the co-run's policy-on polluter never had coloured memory.
+              were never stocked within 20 s here (the colour layer's limit, docs/colours.md).
   foundation  run.py's churn, mixed, large and larson under chromalloc with nightwatch=0,
               nightwatch=1 and nightwatch=0 again (the control), order rotated per rep: the
               policy's cost on allocation-heavy programs, as the median of per-rep on / off
@@ -378,7 +377,7 @@ def acted(trace_path, nw):
     if not final:
         out["why"] = "no context restrictive"
     elif ready is None:
-        # a full timeline may have lost the entry (the protection flood before 2026-11-29)
+        # a full timeline may have lost the entry (older builds logged a protection flood)
         out["why"] = "timeline incomplete" if nw.get("timeline_dropped") else "colour layer never ready"
     elif len(last) < len(final) + len(routed) or nw.get("timeline_dropped"):
         out["why"] = "timeline incomplete"

@@ -4,7 +4,7 @@
   python3 bench/pair.py [--pairs N] [--seed S] PROG A B [-- ARGS...]
 
 A and B are LIB|OPTIONS: the library preloaded (LD_PRELOAD; empty: none) and the value of
-CHROMALLOC_OPTIONS, e.g. "build/libchromalloc.so|nightwatch=0".  Each pair runs A and B next
+CHROMALLOC_OPTIONS, e.g. "build/libchromalloc-colour.so|nightwatch=0".  Each pair runs A and B next
 to each other, their order alternating, so that a host whose loudness changes within minutes
 slows both alike; the result is the median over pairs of B's time / A's, with a 95% bootstrap
 interval of that median, for wall time (fork to exit) and for CPU time (user + system, from

@@ -10,7 +10,7 @@
    Read up to 8 times, a quarter of a second apart (the pages stay put), stopping once the 1/8
    block has evicted itself and 3 tries were sane: on the Zen 4 host the same blocks read 30,
    41, 63, 63 of 64 slow on their own, and 0, 3, 8, 8 of 8 evicted by the polluter, in four
-   tries of one process (twenty-sixth session), so one reading called a pool spread that was
+   tries of one process, so one reading called a pool spread that was
    not: a block that evicts itself once is of few colours (a block of many colours never
    does), while one that does not may only have met the L2 in a mood that keeps part of a
    cyclic sweep.

@@ -5,7 +5,7 @@
    victim, so any difference between nightwatch=0 and nightwatch=1 is the policy's cost.
    Build and run by hand (docs/nightwatch.md, "Chunks below the L2, fork fixes"):
      cc -O2 -pthread bench/nightwatch/mtchurn.c -o build/mtchurn
-     for o in nightwatch=0 nightwatch=1; do CHROMALLOC_OPTIONS=$o LD_PRELOAD=build/libchromalloc.so build/mtchurn 3; done
+     for o in nightwatch=0 nightwatch=1; do CHROMALLOC_OPTIONS=$o LD_PRELOAD=build/libchromalloc-colour.so build/mtchurn 3; done
    Usage: mtchurn [SECONDS=5] */
 #include <pthread.h>
 #include <stdatomic.h>

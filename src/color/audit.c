@@ -37,8 +37,8 @@
    every other pass backwards did not raise it.  Of 31 groups judged invalid (112 processes),
    30 had a majority above the plain rule.  A page joining the pool is still asked "clearly"
    (_ca_audit_evicts' callers): in such a moment it is turned away, not let in; a page joining
-   a small slice is asked twice (colourset.c, audited(): one reading let too many strays into
-   a 1/8 pool on the Zen 4 host, twenty-first session).
+   a small slice is asked twice (stock.c, audited(): one reading let too many strays into
+   a 1/8 pool on the Zen 4 host).
 
    Controls: a reading errs towards "evicted" in a loud moment (something outside the VM clears
    the L2 while the group is read), and then a group of random pages judges valid and admits

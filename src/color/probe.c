@@ -45,7 +45,7 @@ double _ca_ticks_per_us(void) {
 
 /* The two loops a test runs are placed at the start of a 64-byte line, whatever the code around
    them: where the compiler put them decided whether discovery worked.  A build whose touch loop
-   straddled a line boundary (eb5c4a1: 12 bytes, 8 of them before it) finished discovering the
+   straddled a line boundary (12 bytes, 8 of them before it) finished discovering the
    colours in 19 of 58 processes, against 60 of 64 for one whose loop did not (interleaved, on a
    Zen 5 L2); the same build with the loops aligned, 16 of 16 (docs/colours.md).  The loop ran
    no slower (16-512 pages, same median); why the placement matters is not known. */

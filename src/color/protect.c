@@ -18,9 +18,9 @@
    once; pages not touched by then are left alone (short-lived memory is not worth it).
 
    Every touched page is moved, not only those a live colour test places in `from`.  That test
-   (until 4fb48c1: one rule per colour and controls per batch, a pass judged and made again when
-   it found under half the set's share) read most pages of `from` as out in loud moments: in the
-   make bench at c32c515 the runs whose victims lost to policy-off had found 1-7 pages in the
+   (one rule per colour and controls per batch, a pass judged and made again when it found
+   under half the set's share) read most pages of `from` as out in loud moments: in one
+   make bench the runs whose victims lost to policy-off had found 1-7 pages in the
    slice of 427 touched (1/8: ~53; the runs that gained, 12-33), and a victim left in the
    polluter's colours gains nothing.  Moving all costs about 8 times the moves (100-200 pages
    per pv process, once, each one VMA; the worker's time per page looked at, moves included, a

@@ -177,8 +177,8 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
     L.cal.colours = L.map.ncolours >= 2 ? estimate_colours(expected, level_bytes, rng) : 0;
     L.estimate_ns = _ca_clock_ns() - t0;
     /* no colours (fewer than two sets found: the probe could not be measured again, or every
-       search failed) is a failure too: until cb5a768 such a start was taken for a good one, and
-       the layer said "ready" with no set (1 pv packets process in 20, its spans ordinary) */
+       search failed) is a failure too: taken for a good one, the layer said "ready" with no set
+       (1 pv packets process in 20, its spans ordinary) */
     if (L.cal.colours < 2 || L.cal.colours < L.map.ncolours) { *why = "could not measure the colours of the L2"; return START_RETRY; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
   }

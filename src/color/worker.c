@@ -298,7 +298,7 @@ static void worker(int here) {
            none of the sets' colours) are what the kernel hands out next, and in pv packets
            processes that monitor every chunk, whose slice pool never filled, the claims fell
            after each release (235, 88, 22, 12, 5 of 4096) while the sets read 200-226% on
-           their references; in a benchmark run (8d3e5d0) 4 of the 5 such processes had their
+           their references; in one benchmark run 4 of the 5 such processes had their
            sets dropped by the claims and found again.  A back-off then, not a suspicion. */
         if (few && _ca_cs_sets_claim_stock(&rng)) { slow = true; L.claims_short++; }
         else { suspect = few; L.suspected_by[0] += few; }

@@ -61,7 +61,7 @@ WRAP(int, sigtimedwait, (const sigset_t* s, siginfo_t* i, const struct timespec*
 WRAP(int, sigwaitinfo, (const sigset_t* s, siginfo_t* i), (s, i), small(s); small(i))
 /* POSIX timers, thread names and affinities, residency vectors, extended attributes, System V
    semaphores: glibc hands these pointers straight to the kernel (a probe with a chunk's every
-   page as the argument, twentieth session: EFAULT from timer_settime, timer_gettime,
+   page as the argument: EFAULT from timer_settime, timer_gettime,
    pthread_getname_np, prctl, pthread_getaffinity_np and mincore) */
 WRAP(int, timer_settime, (timer_t t, int fl, const struct itimerspec* n, struct itimerspec* o), (t, fl, n, o), small(n); small(o))
 WRAP(int, timer_gettime, (timer_t t, struct itimerspec* v), (t, v), small(v))

@@ -22,9 +22,9 @@
         worth moving: the next ones get the new prediction).
      5. protection (option nightwatch_protect): open memory (spans and large objects up to the
         L2's size, 4 times the L2 in all, oldest first) is recorded as the core hands it out;
-        once a restrictive chunk is placed, the colour worker moves its pages that lie in the
-        restrictive colours to the other 7/8 (color/protect.c), so that the confined polluter
-        can evict nothing of it.  Monitored chunks join only after their verdict (their pages
+        once a restrictive chunk is placed, the colour worker moves its touched pages to pages
+        of the other 7/8 (color/protect.c: every one, not only those a test would place in the
+        restrictive colours), so that the confined polluter can evict nothing of it.  Monitored chunks join only after their verdict (their pages
         trap until then).
    Chunks of the span classes, below a page and up to 64 KiB (option nightwatch_small), do not
    reach `place`: the fast path stays the foundation's.  The core samples them instead, one per
@@ -49,7 +49,7 @@
         member's page pairs only when something re-protects it after its burst and before its
         next use: pv neutral's buffers are reused every ~10 us, with no allocator call in
         between, and its sampled members paired 0-1 times in 160, against 16 in 30-94 named one
-        by one (a 5 us burst paired them too; docs/nightwatch.md, eighteenth session).
+        by one (a 5 us burst paired them too).
    Chunks allocated by glibc itself (stdio and directory-stream buffers, which the kernel fills
    through glibc's internal, non-interposable system calls) are never monitored.  When the
    colour layer turns out to be unavailable, the policy uninstalls itself and says why in the
@@ -223,8 +223,8 @@ static void on_verdict(void* p, size_t n, uint64_t cookie, const ca_monitor_resu
    open objects are kept out of the restrictive colours, in pages of the other 7/8 (a colour set
    registered for that).  Before it (nightwatch_delay) nothing is armed and nothing logged: each
    restrictive chunk then logged "armed", and pv frames, requests and packets processes filled
-   the timeline with them before the colour layer was ready (4 of 20 in the run at 297f8e3, whose
-   benchmark then read "colour layer never ready").  Once: a verdict on the monitor thread and
+   the timeline with them before the colour layer was ready (4 of 20 in one benchmark run, which
+   then read "colour layer never ready").  Once: a verdict on the monitor thread and
    the program's next restrictive chunk may both come here. */
 void _ca_nw_arm_protection(void) {
   static _Atomic(bool) tried;
@@ -408,9 +408,9 @@ static const ca_option_desc_t options[NW_OPT_COUNT] = {
                        "per mille of the run time (5 = 0.5%; a context's second verdict, after a first that found a "
                        "polluter, four times that; its first chunk of the L2's size or more twice that)" },
   [NW_OPT_PROTECT] = { "nightwatch_protect", 1, 0, 1, _ca_bool_words,
-                       "once NightWatch confines a polluter, move the pages of open memory (spans and objects up to "
-                       "the L2's size, 4 times the L2 in all, oldest first) that lie in the polluter's colours to the "
-                       "other 7/8" },
+                       "once NightWatch confines a polluter, move the touched pages of open memory (spans and objects "
+                       "up to the L2's size, 4 times the L2 in all, oldest first) to pages of the other 7/8, so that "
+                       "none lies in the polluter's colours" },
   [NW_OPT_SMALL]   = { "nightwatch_small", 1, 0, 1, _ca_bool_words,
                        "NightWatch judges chunks below the L2 too, sampled by bytes (one per L2/8 bytes of a context's "
                        "allocations, each on pages of its own, judged together per context), and serves a span size "

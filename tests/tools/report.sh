@@ -1,19 +1,13 @@
 #!/usr/bin/env bash
-# `chromalloc report` on recorded statistics (pv-messages-stats.json: `pv messages` under
-# chromalloc with NightWatch on, Zen 4 machine, 2026-11-26): the NightWatch context table and
-# the timeline come out as documented in docs/nightwatch.md ("Reading the statistics").
-# pv-frames-stats.json (`pv frames --frames=3000 --settle-ms=20000`, Zen 5 machine, 2026-11-27):
-# the colour worker's cost, which the older file does not have.  pv-frames-audit-stats.json
-# (`bench/nightwatch.py` partial run, pv frames policy on, rep 3, Zen 5 machine, 2026-11-27,
-# fourteenth session): the slice audit's line, which the older files do not have.
-# pv-packets-failed-at-stats.json (`bench/nightwatch.py` run at 4a14d5e, pv packets policy on,
-# rep 4, Zen 5 machine, 2026-11-27, seventeenth session): the step at which failed eviction-set
-# builds failed, and the sets dropped as duplicates, on the worker's line.
-# pv-packets-suspected-stats.json (`bench/nightwatch.py` run at da69d45, pv packets with every
-# chunk monitored, rep 3, Zen 5 machine, 2026-11-27, eighteenth session): the judgements that
-# found the stock bad, by cause, and the sets built again.  pv-packets-claims-short-stats.json
-# (`pv packets --frames=6000 --settle-ms=20000` with every chunk monitored, Zen 5 machine,
-# 2026-11-27, nineteenth session): stretches of few claims put down to the supply.
+# `chromalloc report` on recorded statistics of the cache runtime (pv-messages-stats.json: `pv
+# messages` with NightWatch on, Zen 4 machine): the NightWatch context table and the timeline
+# come out as documented in docs/nightwatch.md ("Reading the statistics").  The other files,
+# from `pv frames`/`pv packets` runs and bench/nightwatch.py runs on a Zen 5 machine, carry the
+# fields the older ones lack: the colour worker's cost (pv-frames-stats.json), the slice
+# audit's line (pv-frames-audit-stats.json), the step at which failed eviction-set builds
+# failed and the sets dropped as duplicates (pv-packets-failed-at-stats.json), the judgements
+# that found the stock bad, by cause (pv-packets-suspected-stats.json), and stretches of few
+# claims put down to the supply (pv-packets-claims-short-stats.json).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")

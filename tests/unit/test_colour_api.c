@@ -43,31 +43,21 @@ static char* block_of(int set, size_t bytes) {
   return l2_rings(set > 0 ? chromalloc_malloc_coloured(bytes, set) : aligned_alloc(4096, bytes), bytes);
 }
 
-/* The slice's pages and the other 7/8's, by what they do in the L2: a 1/8 block of twice the
-   slice's size evicts itself (3/4 of its pages slow), and reading a 1/8 block of L2/2 evicts
-   at most 1/16 of a 7/8 block's pages that read fast before it (random pages: 1/8).  Up to
-   twenty tries, a second apart (the pages stay put: a pool that is wrong reads wrong every
-   time), until each property has been seen.  A try is judged only when ordinary pages read as
-   L2 hits (15/16 of the block fast), and for the 7/8 block only when reading the 1/8 block of
+/* The slice's pages and the other 7/8's, by what they do in the L2 (make check-machine: the
+   real machine, timed): a 1/8 block of twice the slice's size evicts itself (3/4 of its pages
+   slow), and reading a 1/8 block of L2/2 evicts at most 1/16 of a 7/8 block's pages that read
+   fast before it (random pages: 1/8).  Up to twenty tries, a second apart (the pages stay put:
+   a pool that is wrong reads wrong every time), until each property has been seen.  A try is
+   judged only when ordinary pages read as L2 hits: 15/16 of the block fast, and the block's
+   median within 1.1x of 16 of its pages', which surely fit the L2 (when the L2 kept nothing,
+   the block read 470-560 ns against 170-180 for 16 pages, and no page was "slow" by its own
+   median; at 1.2-1.5x, none of 7 judged tries read the 1/8 block slow on its own, at 1.05x or
+   less 26 of 27 did).  For the 7/8 block a try is judged only when reading the 1/8 block of
    L2/2 evicts 8 pages of the other 1/8 block too (7 of them at least: they fit the slice).
-   (Fast by the ordinary block's own median and by 16 of its pages, which surely fit the L2:
-   in a try when the L2 kept nothing, the ordinary block read a median 470-560 ns against
-   170-180 for 16 pages, no page of it "slow" by its own median, nor any of the 1/8 block's,
-   and such tries were judged until the twenty-second session.  The median within 1.1x of the
-   16 pages', not 1.5x, since the twenty-seventh session: over four `make -j2 test` runs on the
-   Zen 4 host, 26 of the 27 judged tries at 1.05x or less read the 1/8 block 57-64 of 64 slow on
-   its own, and none of the 7 at 1.2-1.5x did (0-41), failing test-colour-audit in 2 of the 4:
-   a block of the L2's quarter that reads slower than 16 of its pages is not all in the L2, and
-   pages slow by its median mean nothing then.)
    Each property passes when some judged try shows it, and fails only over two judged tries or
    more: on the Zen 4 host in a loud hour the same blocks read 29 then 2 of 64 slow on their
-   own, and 23 then 7 evicted, tries apart; judged by the last judged try of four (the 1/8
-   block's own reading gated by the 7/8 block's condition), the test failed in this session's
-   first .ci/run and in 4 of 8 runs by hand (twenty-first session).
-   Twenty tries, not eight (twenty-sixth session): on the Zen 4 host one 1/8 block read, in 40
-   tries half a second apart, 0-6 of 64 slow on its own in runs of up to 8 tries and 54-64 in
-   others (bench/colour/purity.c with 40 tries, by hand), and test_colour_api failed in 1 of 10
-   processes with the slice audit and 1 of 10 without it, in 8 tries each. */
+   own, and 23 then 7 evicted, tries apart; one 1/8 block read 0-6 of 64 slow in runs of up to 8
+   tries and 54-64 in others. */
 #define TRIES 20
 static void check_in_the_l2(int set, int other) {
   size_t l2 = l2_bytes(), q = l2 / 4;
