@@ -102,16 +102,22 @@ bench: lib
 	python3 bench/colour.py
 	python3 bench/nightwatch.py
 
-# A short tour: the index benchmark at a few sizes (chromalloc, its index-unfriendly layout and
-# whichever peers are installed), then python3 running a bundled workload under chromalloc with
-# its statistics report.
+# mimalloc-bench's benchmarks (a checkout given by MIMALLOC_BENCH, fetched once outside this
+# repository) under glibc, jemalloc, mimalloc, tcmalloc and the allocator: bench/mimalloc_bench.py.
+.PHONY: bench-mimalloc
+bench-mimalloc: lib
+	python3 bench/mimalloc_bench.py --suite "$(MIMALLOC_BENCH)"
+
+# A short tour (under a minute): the allocator's index benchmark at a few sizes (chromalloc, its
+# index-unfriendly layout and whichever peers are installed), then the cache runtime protecting a
+# victim from a streamed polluter (tools/demo_protect.py: a table and build/demo/protect.png).
 demo: lib
-	@echo "== index benchmark: 256 blocks per size, distinct L1 sets and ns per step of an address-ordered chase"
+	@echo "== the allocator: 256 blocks per size, distinct L1 sets and ns per step of an address-ordered chase"
 	@python3 bench/run.py index --reps 1 --step 496 --out $(BUILD)/demo \
 	  --allocators $$(python3 tools/demo_allocators.py) | sed -n '/^Index:/,$$p'
 	@echo
-	@echo "== python3 running tools/demo_workload.py under chromalloc (PYTHONMALLOC=malloc: every object through malloc)"
-	@PYTHONMALLOC=malloc tools/chromalloc run --report --lib $(abspath $(SO)) -- python3 tools/demo_workload.py
+	@echo "== the cache runtime: a victim chased while a polluter streams through the L2"
+	@python3 tools/demo_protect.py --out $(BUILD)/demo
 
 # Regenerate the generated parts of the documentation.
 docs: lib
