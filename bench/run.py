@@ -39,8 +39,8 @@ RESULTS = BENCH_DIR / "results"
 BUILD = ROOT / "build" / "bench"
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 
-SUITE = ["churn", "mixed", "prodcons", "larson", "cscratch", "large", "threadchurn"]
-MULTI_THREADED = ["prodcons", "larson", "cscratch", "threadchurn"]
+SUITE = ["churn", "mixed", "prodcons", "larson", "cscratch", "large", "threadchurn", "xchurn"]
+MULTI_THREADED = ["prodcons", "larson", "cscratch", "threadchurn", "xchurn"]
 PEERS = ["glibc", "jemalloc", "mimalloc", "tcmalloc"]
 REFERENCE = "mimalloc"            # suite ratios are to this allocator
 SUITE_TIMEOUT = 180               # seconds for one suite process

@@ -73,7 +73,7 @@ def suite(build):
         add("%s-shared" % t, [exe(t, "cshared")])
         add("%s-static" % t, [exe(t, "cstatic")])
         add("%s-preload" % t, [exe(t, "plain")], colour)
-    for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect"]:
+    for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect", "purge"]:
         add(t, [exe(t, "internal")])
     # the layers hold at link time
     add("lean-symbols", ["sh", os.path.join(ROOT, "tests/unit/lean_symbols.sh"), so])

@@ -37,7 +37,9 @@ void* _ca_malloc_aligned(size_t n, size_t align, bool zero) {
     uint8_t* q = (uint8_t*)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
     if (q != p) {
       ca_segment_t* seg = _ca_segment_of(p);
-      _ca_span_of(seg, p)->flags |= CA_SPAN_ALIGNED;
+      ca_span_t* s = _ca_span_of(seg, p);
+      s->flags |= CA_SPAN_ALIGNED;
+      s->local = NULL;
     }
     if (zero) memset(q, 0, n);
     return q;
@@ -69,6 +71,10 @@ size_t _ca_usable_size(const void* p) {
 void* _ca_malloc_page(void) {
   void* p = _ca_malloc_aligned(CA_OS_PAGE, CA_OS_PAGE, false);
   ca_segment_t* seg = p != NULL ? _ca_segment_of(p) : NULL;
-  if (seg != NULL && seg->kind != CA_SEG_LARGE) _ca_span_of(seg, p)->flags |= CA_SPAN_ALIGNED | CA_SPAN_POLICY;
+  if (seg != NULL && seg->kind != CA_SEG_LARGE) {
+    ca_span_t* s = _ca_span_of(seg, p);
+    s->flags |= CA_SPAN_ALIGNED | CA_SPAN_POLICY;
+    s->local = NULL;
+  }
   return p;
 }

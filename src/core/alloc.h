@@ -1,6 +1,6 @@
 /* The two fast paths, inline.  malloc: one TLS load, one table load, pop a list.  free: check the
-   pointer is ours and a block start (segment bitmap + exact division), check the span belongs to
-   this thread's heap and needs no care, push on the local list.  Anything else (first call of a
+   pointer is ours and a block start (segment bitmap + exact division), check the span is this
+   thread's and needs no care (one field, span.local), push on the local list.  Anything else (first call of a
    thread, empty list, remote or full span, over-aligned block, double free, large object) goes to
    a noinline slow path, reached by a tail call, so these stay small and spill no registers. */
 #ifndef CA_ALLOC_H
@@ -40,14 +40,16 @@ static inline void* _ca_malloc_from(size_t n, const void* frame, const void* ret
   return ca_likely(p != NULL) ? p : _ca_malloc_generic_at(h, n, frame, ret);
 }
 
-static inline void _ca_free(void* p) {
-  uintptr_t i = _ca_segment_index(p);
-  ca_segment_t* seg = (ca_segment_t*)(i << CA_SEGMENT_SHIFT);
-  if (ca_likely(_ca_segmap_has(i))) {
-    ca_span_t* s = _ca_span_of(seg, p);
+static inline __attribute__((always_inline)) void _ca_free(void* p) {
+  /* the index is masked instead of bounds-checked: a wild pointer above 2^47 then names one of
+     our segments, and fails the block test below (its offset from the span is no block's) */
+  uintptr_t i = _ca_segment_index(p) & (((uintptr_t)1 << CA_SEGMAP_BITS) - 1);
+  if (ca_likely((atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1)) {
+    ca_segment_t* seg = (ca_segment_t*)(i << CA_SEGMENT_SHIFT);
+    /* masked too: a large object's pointer past 128 MiB must not index beyond spans[] */
+    ca_span_t* s = &seg->spans[(((uintptr_t)p - (uintptr_t)seg) >> seg->span_shift) & (CA_MAX_SPANS - 1)];
     ca_block_t* b = (ca_block_t*)p;
-    if (ca_likely(atomic_load_explicit(&seg->owner, ca_relaxed) == _ca_heap && s->flags == 0 &&
-                  _ca_block_index(s, p) < s->capacity && b->key != _ca_key)) {
+    if (ca_likely(s->local == _ca_heap && _ca_block_index(s, p) < s->capacity && b->key != _ca_key)) {
       b->next = s->local_free;
       b->key = _ca_key;
       s->local_free = b;
@@ -55,10 +57,8 @@ static inline void _ca_free(void* p) {
       _ca_free_last(s);                       /* tail calls only: the fast path spills nothing */
       return;
     }
-    _ca_free_generic(seg, p);
-    return;
   }
-  _ca_free_generic(NULL, p);
+  _ca_free_generic(p);
 }
 
 #endif

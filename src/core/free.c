@@ -71,7 +71,8 @@ static void free_remote(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
 /* The owner freed the last used block of a span. */
 void _ca_free_last(ca_span_t* s) { _ca_heap_span_retire(_ca_heap, s); }
 
-void _ca_free_generic(ca_segment_t* seg, void* p) {
+void _ca_free_generic(void* p) {
+  ca_segment_t* seg = _ca_segment_of(p);
   if (seg == NULL) {
     if (p == NULL) return;
     invalid("free(): invalid pointer %p (not allocated by chromalloc)", p);

@@ -69,6 +69,7 @@ void _ca_heap_queue_remove(ca_heap_t* h, ca_span_t* s) {
 static void span_to_full(ca_heap_t* h, ca_span_t* s) {
   _ca_heap_queue_remove(h, s);
   s->flags |= CA_SPAN_FULL;
+  s->local = NULL;
   spanq_push_back(&h->queues[CA_CLASS_FULL], s);
   _ca_span_set_delay(s, CA_DELAY_USE, false);
   /* a remote free may have landed before the state changed: it would wait unseen */
@@ -78,6 +79,7 @@ static void span_to_full(ca_heap_t* h, ca_span_t* s) {
 void _ca_heap_span_unfull(ca_heap_t* h, ca_span_t* s) {
   spanq_remove(&h->queues[CA_CLASS_FULL], s);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
+  _ca_span_local(s, h);
   _ca_span_set_delay(s, CA_DELAY_NONE, false);
   /* a flavour's own span goes before an ordinary one (see queue_find) */
   ca_span_queue_t* q = &h->queues[s->sclass];
@@ -180,7 +182,7 @@ static void span_refill(ca_heap_t* h, ca_span_t* s) {
   _ca_stats_span_settle(h, s, 0);
   _ca_span_collect(s);
   if (s->free == NULL && s->capacity < s->reserved) _ca_span_extend(s);
-  s->installed = s->capacity - s->used;
+  s->installed = (uint16_t)(s->capacity - s->used);
   h->sample_left -= (int64_t)(s->installed * s->block_size);   /* bytes the list will serve */
 }
 
@@ -221,7 +223,7 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   if (s == NULL) return NULL;
   _ca_span_init(h, s, c);
   _ca_span_extend(s);
-  s->installed = s->capacity;
+  s->installed = (uint16_t)s->capacity;
   h->sample_left -= (int64_t)(s->installed * s->block_size);
   spanq_push_front(&h->queues[c], s);
   direct_update(h, c);
@@ -308,6 +310,7 @@ void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const voi
 void _ca_heap_adopt_span(ca_heap_t* h, ca_span_t* s) {
   _ca_span_set_delay(s, CA_DELAY_NONE, true);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
+  _ca_span_local(s, h);
   _ca_span_collect(s);
   if (s->used == 0) {
     _ca_stats_span_settle(h, s, list_length(s->free));
@@ -376,6 +379,7 @@ static void span_leave(ca_heap_t* h, ca_span_t* s) {
   uint32_t c = (s->flags & CA_SPAN_FULL) ? CA_CLASS_FULL : s->sclass;
   spanq_remove(&h->queues[c], s);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
+  s->local = NULL;                     /* abandoned: a thread that gets this heap next is not its owner */
   _ca_span_collect(s);
   _ca_stats_span_settle(h, s, list_length(s->free));
   if (s->used == 0) _ca_segment_span_free(h, s);

@@ -110,6 +110,7 @@ void          _ca_segment_purge_expired(ca_heap_t* h, bool force);
 ca_segment_t* _ca_segment_large_alloc(size_t need, size_t align, size_t* offset);  /* *offset in: wanted object offset; out: used */
 void          _ca_segment_large_free(ca_segment_t* seg);
 void          _ca_segment_cache_purge(bool force);
+uint32_t      _ca_segment_cache_pace(void);           /* the cache's purge_delay multiplier */
 void          _ca_segment_fork_prepare(void);
 void          _ca_segment_fork_parent(void);
 void          _ca_segment_fork_child(void);
@@ -129,6 +130,10 @@ void  _ca_span_extend(ca_span_t* s);
 void  _ca_span_collect(ca_span_t* s);
 void  _ca_span_set_delay(ca_span_t* s, uintptr_t state, bool override_never);
 static inline bool _ca_span_all_free(const ca_span_t* s) { return s->used == 0; }
+/* after s->flags or its owner changed: may the owner's frees take the fast path? */
+static inline void _ca_span_local(ca_span_t* s, ca_heap_t* h) {
+  s->local = h != NULL && s->flags == 0 && h->flavour == 0 ? h : NULL;
+}
 
 /* ---- heaps (heap.c) ----------------------------------------------------------------------- */
 void* _ca_malloc_generic(ca_heap_t* h, size_t n) ca_noinline;
@@ -150,7 +155,7 @@ ca_heap_t* _ca_heap_flavour(uint8_t flavour);
 void   _ca_heap_collect_flavours(ca_heap_t* h);        /* their empty spans go back */
 
 /* ---- free (free.c) and large objects (large.c), aligned (aligned.c) ----------------------- */
-void   _ca_free_generic(ca_segment_t* seg, void* p) ca_noinline;
+void   _ca_free_generic(void* p) ca_noinline;
 void   _ca_free_last(ca_span_t* s) ca_noinline;
 void   _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) ca_noinline;
 void*  _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) ca_noinline;

@@ -44,6 +44,13 @@ static void object_pages(const ca_segment_t* seg, uint8_t** page, size_t* bytes)
   *bytes = (size_t)(end - (uintptr_t)*page);
 }
 
+/* The segment's dirty extent covers the object: the cache purges up to it, and trusts the
+   pages beyond it to be zero. */
+static void cover(ca_segment_t* seg) {
+  size_t end = (size_t)(seg->large_ptr - (uint8_t*)seg) + seg->large_size;
+  if (end > seg->dirty) seg->dirty = end;
+}
+
 static void account_alloc(const ca_segment_t* seg) {
   _ca_stat_inc(&_ca_stats.large_allocs, 1);
   _ca_stat_add(&_ca_stats.large_live, 1, NULL);
@@ -88,6 +95,7 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   uint8_t* p = (uint8_t*)seg + off;
   seg->large_ptr = p;
   seg->large_size = usable(off, n);
+  cover(seg);
   account_alloc(seg);
   /* the hook sees the pages the object covers (the mapping may be longer: room to grow in
      place) */
@@ -169,6 +177,7 @@ void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
     seg = moved;
   }
   seg->large_size = usable(off, n);
+  cover(seg);
   _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)seg->large_size - (int64_t)was, &_ca_stats.large_peak_bytes);
   return seg->large_ptr;
 }

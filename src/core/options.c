@@ -20,8 +20,9 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "colour spans (random per-process start offsets, continued across "
                              "spans of big classes) and start large objects at a random line" },
   [CA_OPT_PURGE_DELAY]   = { "purge_delay", 10, -1, 3600000, NULL,
-                             "ms before free memory is returned to the OS (0 at once, -1 never)" },
-  [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 32, 0, 65536, NULL,
+                             "ms free memory waits before it is returned to the OS, doubled while it keeps being "
+                             "reused, up to 64x (0 at once, -1 never)" },
+  [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 128, 0, 65536, NULL,
                              "free segments kept mapped for reuse (beyond that they are unmapped)" },
   [CA_OPT_THP]           = { "thp", 0, 0, 1, bool_words,
                              "ask for transparent huge pages on segments (MADV_HUGEPAGE)" },

@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "hooks.h"
 #include "queue.h"
+#include "pacer.h"
 
 static ca_lock_t     cache_lock;
 static ca_segment_t* cache_first;          /* most recently cached first */
@@ -45,15 +46,21 @@ static void purge_insert(ca_heap_t* h, ca_span_t* s) {
 
 /* The cache keeps free segments mapped so the next one costs no system call.  What it holds
    unpurged ("dirty") stays resident, so that is bounded: at most CA_CACHE_DIRTY_MIN bytes or an
-   eighth of the memory mapped for live segments, whichever is more; beyond that the oldest dirty
-   segments are purged at once instead of after purge_delay.  The segment just freed is spared
-   up to CA_CACHE_NEWEST_MAX: a program that frees and allocates one big buffer per frame reuses
-   it without faulting its pages in again (a 16 MiB buffer took 945,000 page faults in 2 s,
-   against glibc's 8,000), and it is purged after purge_delay like the others. */
+   eighth of the memory mapped for live segments, whichever is more, times the cache's pace (a
+   program that keeps taking purged segments back gets more room); beyond that the oldest dirty
+   segments are purged at once instead of after their wait.  A segment's dirty bytes are what it
+   may have resident: a large object's extent, not its 2 MiB mapping (counted whole, 32 cached
+   segments of 100 KiB objects looked like 64 MiB and were purged as soon as they came in).  The
+   segment just freed is spared up to CA_CACHE_NEWEST_MAX: a program that frees and allocates one
+   big buffer per frame reuses it without faulting its pages in again (a 16 MiB buffer took
+   945,000 page faults in 2 s, against glibc's 8,000).  Purges run outside the lock, with their
+   segments out of the list: a madvise under it made the other thread spin and yield. */
 #define CA_CACHE_DIRTY_MIN ((size_t)16 << 20)
 #define CA_CACHE_NEWEST_MAX ((size_t)64 << 20)
+static ca_segment_t* cache_last;           /* oldest */
 static size_t        cache_dirty;          /* unpurged bytes in the cache */
 static size_t        cache_bytes;          /* all bytes in the cache */
+static ca_pacer_t    cache_pacer;
 
 static uintptr_t segment_cookie(const ca_segment_t* seg) { return (uintptr_t)seg ^ _ca_process.secret; }
 
@@ -63,89 +70,121 @@ static void segment_unmap(ca_segment_t* seg) {
   _ca_os_unmap(seg, seg->size);
 }
 
-/* Purge a cached segment (everything but its header page).  Cache lock held. */
-static void cache_purge_one(ca_segment_t* s) {
-  _ca_os_purge((uint8_t*)s + CA_HEADER_SIZE, s->size - CA_HEADER_SIZE);
-  s->purged = 1;
-  cache_dirty -= s->size;
-  _ca_stat_inc(&_ca_stats.purges, 1);
-  _ca_stat_inc(&_ca_stats.purged_bytes, s->size - CA_HEADER_SIZE);
+/* cache list (lock held): most recently cached first */
+static void cache_link_front(ca_segment_t* s) {
+  s->prev = NULL; s->next = cache_first;
+  if (cache_first) cache_first->prev = s; else cache_last = s;
+  cache_first = s;
+  cache_count++;
+  cache_bytes += s->size;
+  if (!s->purged) cache_dirty += s->dirty;
+}
+static void cache_link_back(ca_segment_t* s) {
+  s->next = NULL; s->prev = cache_last;
+  if (cache_last) cache_last->next = s; else cache_first = s;
+  cache_last = s;
+  cache_count++;
+  cache_bytes += s->size;
+  if (!s->purged) cache_dirty += s->dirty;
+}
+static void cache_unlink(ca_segment_t* s) {
+  if (s->prev) s->prev->next = s->next; else cache_first = s->next;
+  if (s->next) s->next->prev = s->prev; else cache_last = s->prev;
+  cache_count--;
+  cache_bytes -= s->size;
+  if (!s->purged) cache_dirty -= s->dirty;
 }
 
-/* Purge cached segments older than purge_delay (or all, when forced). */
+/* Purge the segments of `list` (taken out of the cache, chained by next) with the lock released,
+   then put them back at the old end, purged. */
+static void cache_purge_list(ca_segment_t* list) {
+  if (list == NULL) return;
+  _ca_unlock(&cache_lock);
+  uint64_t now = _ca_clock_ms();
+  for (ca_segment_t* s = list; s != NULL; s = s->next) {
+    _ca_os_purge((uint8_t*)s + CA_HEADER_SIZE, s->dirty > CA_HEADER_SIZE ? s->dirty - CA_HEADER_SIZE : 0);
+    _ca_stat_inc(&_ca_stats.purges, 1);
+    _ca_stat_inc(&_ca_stats.purged_bytes, s->dirty > CA_HEADER_SIZE ? s->dirty - CA_HEADER_SIZE : 0);
+    s->purged = 1;
+    s->purged_at = now;
+    s->dirty = CA_HEADER_SIZE;
+  }
+  _ca_lock(&cache_lock);
+  for (ca_segment_t* s = list, *next; s != NULL; s = next) { next = s->next; cache_link_back(s); }
+}
+
+/* Purge cached segments whose wait is over (or all, when forced). */
 void _ca_segment_cache_purge(bool force) {
-  long delay = _ca_opt(CA_OPT_PURGE_DELAY);
-  if (delay < 0 && !force) return;
+  if (_ca_opt(CA_OPT_PURGE_DELAY) < 0 && !force) return;
   uint64_t now = _ca_clock_ms();
   if (!force && now < atomic_load_explicit(&cache_next_purge, ca_relaxed)) return;
   _ca_lock(&cache_lock);
-  uint64_t next = UINT64_MAX;
-  for (ca_segment_t* s = cache_first; s != NULL; s = s->next) {
+  _ca_pacer_purging(&cache_pacer, now);
+  uint64_t delay = _ca_pacer_delay(&cache_pacer), next = UINT64_MAX;
+  ca_segment_t* list = NULL;
+  for (ca_segment_t* s = cache_first, *n; s != NULL; s = n) {
+    n = s->next;
     if (s->purged) continue;
-    if (force || s->cached_at + (uint64_t)delay <= now) cache_purge_one(s);
-    else if (s->cached_at + (uint64_t)delay < next) next = s->cached_at + (uint64_t)delay;
+    if (force || s->cached_at + delay <= now) { cache_unlink(s); s->next = list; list = s; }
+    else if (s->cached_at + delay < next) next = s->cached_at + delay;
   }
+  cache_purge_list(list);
   _ca_unlock(&cache_lock);
   uint64_t abandoned_next = abandoned_purge(now, force);
   atomic_store_explicit(&cache_next_purge, next < abandoned_next ? next : abandoned_next, ca_relaxed);
 }
 
+uint32_t _ca_segment_cache_pace(void) { return cache_pacer.mult ? cache_pacer.mult : 1; }
+
 static void segment_cache_put(ca_segment_t* seg) {
   atomic_store_explicit(&seg->owner, NULL, ca_relaxed);
   seg->spans[0].flags = CA_SPAN_UNUSED;               /* a free() into it is invalid */
+  seg->spans[0].local = NULL;
+  if (seg->kind != CA_SEG_LARGE) seg->dirty = seg->size;   /* LARGE: the objects' extent (large.c) */
   seg->cached_at = _ca_clock_ms();
   seg->purged = 0;
   ca_segment_t* evict = NULL;
+  ca_segment_t* list = NULL;
   _ca_lock(&cache_lock);
-  seg->prev = NULL; seg->next = cache_first;
-  if (cache_first) cache_first->prev = seg;
-  cache_first = seg;
-  cache_dirty += seg->size;
-  cache_bytes += seg->size;
-  if (_ca_opt(CA_OPT_PURGE_DELAY) == 0) cache_purge_one(seg);
-  if (++cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) {
-    evict = seg;                                      /* evict the oldest (the tail) */
-    while (evict->next) evict = evict->next;
-    if (evict->prev) evict->prev->next = NULL; else cache_first = NULL;
-    cache_count--;
-    cache_bytes -= evict->size;
-    if (!evict->purged) cache_dirty -= evict->size;
-  }
+  cache_link_front(seg);
+  if (_ca_opt(CA_OPT_PURGE_DELAY) == 0) { cache_unlink(seg); seg->next = NULL; list = seg; }
+  if (cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) { evict = cache_last; cache_unlink(evict); }
   size_t live = (size_t)atomic_load_explicit(&_ca_stats.mapped_bytes, ca_relaxed) - cache_bytes;
-  size_t budget = live / 8 > CA_CACHE_DIRTY_MIN ? live / 8 : CA_CACHE_DIRTY_MIN;
-  if (cache_dirty > budget) {
-    ca_segment_t* last = cache_first;
-    while (last && last->next) last = last->next;
-    size_t spare = seg->size <= CA_CACHE_NEWEST_MAX ? seg->size : 0;
-    for (ca_segment_t* s = last; s != NULL && cache_dirty > budget + spare; s = s->prev)
-      if (!s->purged && s != seg) cache_purge_one(s);
-    if (cache_dirty > budget + spare && !seg->purged) cache_purge_one(seg);
+  size_t budget = (live / 8 > CA_CACHE_DIRTY_MIN ? live / 8 : CA_CACHE_DIRTY_MIN) * (cache_pacer.mult > 8 ? 8 : cache_pacer.mult ? cache_pacer.mult : 1);
+  size_t spare = seg->dirty <= CA_CACHE_NEWEST_MAX ? seg->dirty : 0;
+  for (ca_segment_t* s = cache_last, *prev; s != NULL && cache_dirty > budget + spare; s = prev) {
+    prev = s->prev;
+    if (!s->purged && s != seg) { cache_unlink(s); s->next = list; list = s; }
   }
-  uint64_t due = seg->cached_at + (uint64_t)_ca_opt(CA_OPT_PURGE_DELAY);
-  if (!seg->purged && due < atomic_load_explicit(&cache_next_purge, ca_relaxed))
-    atomic_store_explicit(&cache_next_purge, due, ca_relaxed);
+  if (cache_dirty > budget + spare && !seg->purged && list != seg) { cache_unlink(seg); seg->next = list; list = seg; }
+  uint64_t due = seg->cached_at + _ca_pacer_delay(&cache_pacer);
+  if (due < atomic_load_explicit(&cache_next_purge, ca_relaxed)) atomic_store_explicit(&cache_next_purge, due, ca_relaxed);
+  cache_purge_list(list);
   _ca_unlock(&cache_lock);
   if (evict) segment_unmap(evict);
 }
 
 /* A mapping of `size` bytes (a multiple of 2 MiB, 2 MiB aligned): the smallest cached one that
    is not more than twice as big (its unused dirty tail is purged), else a new mapping.  The
-   header is left for the caller. */
+   header, and `dirty` (kept across reuse), are left for the caller. */
 static ca_segment_t* segment_map(size_t size, bool* fresh) {
   ca_segment_t* best = NULL;
   _ca_lock(&cache_lock);
-  for (ca_segment_t* s = cache_first; s != NULL; s = s->next)
-    if (s->size >= size && s->size <= 2 * size && (best == NULL || s->size < best->size)) best = s;
+  for (ca_segment_t* s = cache_first; s != NULL; s = s->next)       /* newest (likely warm) first */
+    if (s->size >= size && s->size <= 2 * size && (best == NULL || s->size < best->size)) {
+      best = s;
+      if (s->size == size) break;
+    }
   if (best) {
-    if (best->prev) best->prev->next = best->next; else cache_first = best->next;
-    if (best->next) best->next->prev = best->prev;
-    cache_count--;
-    cache_bytes -= best->size;
-    if (!best->purged) cache_dirty -= best->size;
+    cache_unlink(best);
+    if (best->purged) _ca_pacer_reused(&cache_pacer, best->purged_at, _ca_clock_ms());
   }
   _ca_unlock(&cache_lock);
   if (best) {
-    if (!best->purged && best->size > size) _ca_os_purge((uint8_t*)best + size, best->size - size);
+    if (!best->purged && best->size > size && best->dirty > size) {
+      _ca_os_purge((uint8_t*)best + size, best->dirty - size);
+      best->dirty = size;
+    }
     *fresh = false;
     return best;
   }
@@ -158,6 +197,8 @@ static ca_segment_t* segment_map(size_t size, bool* fresh) {
   }
   if (_ca_opt(CA_OPT_THP)) _ca_os_thp(seg, size, true);
   seg->size = size;
+  seg->dirty = CA_HEADER_SIZE;
+  seg->purged = 1;                                    /* nothing resident but what we write */
   _ca_segmap_set(seg, true);
   _ca_stat_add(&_ca_stats.mapped_bytes, (int64_t)size, &_ca_stats.mapped_peak);
   _ca_stat_inc(&_ca_stats.segments_mapped, 1);
@@ -182,7 +223,7 @@ static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
   for (uint32_t i = 0; i <= CA_MAX_SPANS; i++) {
     ca_span_t* s = &seg->spans[i];
     memset(s, 0, sizeof *s);
-    s->index = i;
+    s->index = (uint16_t)i;
     s->flags = CA_SPAN_UNUSED;
   }
   atomic_store_explicit(&seg->owner, h, ca_release);
@@ -205,24 +246,40 @@ ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
   ca_segment_t* seg = h->segments[kind].first;
   if (seg == NULL) seg = segment_new(h, kind);
   if (seg == NULL) return NULL;
-  /* prefer a span that is still committed (waiting to be purged) over a cold one */
+  /* prefer a span that is still committed (waiting to be purged) over a cold one, and a cold one
+     never used over one given back */
   ca_span_t* pick = NULL;
   for (uint32_t i = 0; i < seg->span_count; i++) {
     ca_span_t* s = &seg->spans[i];
     if (!(s->flags & CA_SPAN_UNUSED)) continue;
     if (s->purge_at != 0) { pick = s; break; }
-    if (pick == NULL) pick = s;
+    if (pick == NULL || ((seg->purged_spans >> pick->index) & 1)) pick = s;
   }
   if (pick->purge_at != 0) purge_remove(h, pick);
+  else if ((seg->purged_spans >> pick->index) & 1) {      /* a refault: we gave it back too soon? */
+    seg->purged_spans &= ~(1u << pick->index);
+    _ca_pacer_reused(&h->pacer, seg->spans_purged_at, _ca_clock_ms());
+  }
   pick->flags = 0;
   if (++seg->spans_used == seg->span_count) segq_remove(&h->segments[kind], seg);
   _ca_segment_cache_purge(false);
   return pick;
 }
 
+/* Give a free span's memory back to the OS. */
+static void span_purge(ca_segment_t* seg, ca_span_t* s, uint64_t now) {
+  _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
+  _ca_stat_inc(&_ca_stats.purges, 1);
+  _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
+  seg->purged_spans |= 1u << s->index;
+  seg->spans_purged_at = now;
+  s->purge_at = 0;
+}
+
 void _ca_segment_span_free(ca_heap_t* h, ca_span_t* s) {
   ca_segment_t* seg = _ca_span_segment(s);
   s->flags = CA_SPAN_UNUSED;
+  s->local = NULL;
   s->free = s->local_free = NULL;
   s->capacity = 0;
   CA_HOOK(span_released, _ca_span_base(seg, s), _ca_span_bytes(seg, s), s->flavour);
@@ -230,26 +287,23 @@ void _ca_segment_span_free(ca_heap_t* h, ca_span_t* s) {
   if (seg->spans_used == 0) { segment_release(h, seg); return; }
   long delay = _ca_opt(CA_OPT_PURGE_DELAY);
   if (delay == 0) {
-    _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
-    _ca_stat_inc(&_ca_stats.purges, 1);
-    _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
+    span_purge(seg, s, _ca_clock_ms());
   } else if (delay > 0) {
-    s->purge_at = _ca_clock_ms() + (uint64_t)delay;
-    spanq_push_back(&h->purge, s);
+    s->purge_at = _ca_clock_ms() + _ca_pacer_delay(&h->pacer);
+    purge_insert(h, s);
   }
   _ca_segment_cache_purge(false);
 }
 
-/* Give back free spans whose delay expired (the list is in expiry order). */
+/* Give back free spans whose wait is over (the list is in expiry order). */
 void _ca_segment_purge_expired(ca_heap_t* h, bool force) {
-  uint64_t now = force ? UINT64_MAX : _ca_clock_ms();
-  while (h->purge.first != NULL && h->purge.first->purge_at <= now) {
+  uint64_t now = _ca_clock_ms();
+  if (h->purge.first == NULL || (!force && h->purge.first->purge_at > now)) return;
+  _ca_pacer_purging(&h->pacer, now);
+  while (h->purge.first != NULL && (force || h->purge.first->purge_at <= now)) {
     ca_span_t* s = h->purge.first;
-    ca_segment_t* seg = _ca_span_segment(s);
     purge_remove(h, s);
-    _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
-    _ca_stat_inc(&_ca_stats.purges, 1);
-    _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
+    span_purge(_ca_span_segment(s), s, now);
   }
 }
 
@@ -296,10 +350,7 @@ static uint64_t abandoned_purge(uint64_t now, bool force) {
       ca_span_t* s = &seg->spans[i];
       if (s->purge_at == 0) continue;
       if (force || s->purge_at <= now) {
-        _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
-        _ca_stat_inc(&_ca_stats.purges, 1);
-        _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
-        s->purge_at = 0;
+        span_purge(seg, s, now);
       } else if (s->purge_at < next) next = s->purge_at;
     }
   _ca_unlock(&abandoned_lock);
@@ -360,6 +411,7 @@ ca_segment_t* _ca_segment_large_alloc(size_t need, size_t align, size_t* offset)
     off = CA_SEGMENT_SIZE;
     size = CA_SEGMENT_SIZE + body;
     seg->size = size;
+    seg->dirty = CA_HEADER_SIZE;
     _ca_segmap_set(seg, true);
     _ca_stat_add(&_ca_stats.mapped_bytes, (int64_t)size, &_ca_stats.mapped_peak);
     _ca_stat_inc(&_ca_stats.segments_mapped, 1);
@@ -375,14 +427,17 @@ ca_segment_t* _ca_segment_large_alloc(size_t need, size_t align, size_t* offset)
   }
   size = seg->size;
   bool zero = fresh || seg->purged;
+  size_t dirty = seg->dirty;                           /* pages beyond it are known zero */
   memset(seg, 0, offsetof(ca_segment_t, spans) + 2 * sizeof(ca_span_t));
   seg->size = size;
+  seg->dirty = dirty;
   seg->cookie = segment_cookie(seg);
   seg->kind = CA_SEG_LARGE;
   seg->span_shift = CA_LARGE_SHIFT;
   seg->span_count = 1;
   seg->is_zero = zero;
   seg->spans[1].flags = CA_SPAN_UNUSED;
+  for (uint32_t i = 2; i < CA_MAX_SPANS; i++) seg->spans[i].local = NULL;   /* free() may read any of them */
   *offset = off;
   return seg;
 }

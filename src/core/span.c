@@ -15,7 +15,7 @@ void _ca_span_init(ca_heap_t* h, ca_span_t* s, uint32_t sclass) {
   uint32_t off = _ca_layout_span_offset(bsize, bytes, &h->colour[sclass], &h->rng);
   _ca_layout_span_shape(s, bsize);
   s->start = _ca_span_base(seg, s) + off;
-  s->reserved = (uint32_t)((bytes - off) / bsize);
+  s->reserved = (uint16_t)((bytes - off) / bsize);
   s->capacity = 0;
   s->free = NULL;
   s->local_free = NULL;
@@ -25,6 +25,7 @@ void _ca_span_init(ca_heap_t* h, ca_span_t* s, uint32_t sclass) {
   s->installed = 0;
   s->sclass = (uint8_t)sclass;
   s->flags = 0;
+  _ca_span_local(s, h);
   /* a span of a flavour is of that flavour only if the hook could fill it */
   const ca_hooks_t* hk = _ca_hooks;
   bool filled = hk != NULL && hk->span_memory != NULL && hk->span_memory(_ca_span_base(seg, s), bytes, seg->flavour);

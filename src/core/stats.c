@@ -35,9 +35,9 @@ void _ca_stats_span_settle(ca_heap_t* h, ca_span_t* s, uint32_t remaining) {
     _ca_stat_inc(&_ca_stats.flavour_blocks, handed);
     if (s->flavour == 0) _ca_stat_inc(&_ca_stats.flavour_blocks_ordinary, handed);
   }
-  s->installed = remaining;
+  s->installed = (uint16_t)remaining;
   k->live_delta += (int64_t)s->used - (int64_t)s->used_seen;
-  s->used_seen = s->used;
+  s->used_seen = (uint16_t)s->used;
   if (k->live_delta >= CA_FLUSH_BLOCKS || k->live_delta <= -CA_FLUSH_BLOCKS) flush_class(h, s->sclass);
 }
 
@@ -155,6 +155,7 @@ void _ca_stats_json(ca_buf_t* b) {
   kv_i(b, "mapped_peak_bytes", ld(&_ca_stats.mapped_peak), true);
   kv_i(b, "purges", (int64_t)ldu(&_ca_stats.purges), true);
   kv_i(b, "purged_bytes", (int64_t)ldu(&_ca_stats.purged_bytes), true);
+  kv_i(b, "cache_purge_pace", (int64_t)_ca_segment_cache_pace(), true);
   kv_i(b, "rss_bytes", (int64_t)_ca_os_rss_now(), true);
   kv_i(b, "rss_peak_bytes", (int64_t)_ca_os_rss_peak(), false);
   ca_buf_str(b, "},\"threads\":{");

@@ -72,7 +72,7 @@
 
 typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_segment_kind_t;
 
-/* span.flags: a local free takes the fast path only when all are clear. */
+/* span.flags: a local free takes the fast path only when all are clear (span.local says so). */
 #define CA_SPAN_FULL       0x01    /* parked in the heap's full queue */
 #define CA_SPAN_ALIGNED    0x02    /* holds over-aligned blocks: pointers may be interior */
 #define CA_SPAN_UNUSED     0x04    /* not allocated to any size class */
@@ -93,9 +93,14 @@ typedef struct ca_block_s {
 typedef struct ca_heap_s ca_heap_t;
 typedef struct ca_segment_s ca_segment_t;
 
+/* 96 bytes: free() indexes spans[] with a multiply by 3 and a shift */
+
 typedef struct ca_span_s {
   /* fast-path fields first */
   ca_block_t*          free;           /* blocks ready to hand out (owner only) */
+  ca_heap_t*           local;          /* the owner heap while its frees may take the fast path
+                                          (ordinary heap, no flag set), else NULL: free()'s one
+                                          test for "mine and needs no care" */
   uint32_t             used;           /* blocks handed out, minus local frees */
   uint8_t              flags;          /* CA_SPAN_* */
   uint8_t              sclass;         /* size class */
@@ -104,17 +109,18 @@ typedef struct ca_span_s {
   ca_block_t*          local_free;     /* freed by the owner, not yet reusable */
   uint64_t             inv;            /* inverse of (block_size >> shift) mod 2^64 */
   uint8_t*             start;          /* first block (span base + colour offset) */
-  uint32_t             reserved;       /* blocks that fit */
   uint32_t             capacity;       /* blocks carved so far (lazy, page by page) */
   uint32_t             block_size;     /* stride */
-  uint32_t             installed;      /* stats: length of `free` when last installed */
+  uint16_t             reserved;       /* blocks that fit (at most 64 KiB / 16) */
+  uint16_t             index;          /* position in segment->spans */
+  uint16_t             installed;      /* stats: length of `free` when last installed */
+  uint16_t             used_seen;      /* stats: `used` when last accounted */
   _Atomic(uintptr_t)   thread_free;    /* remote frees | CA_DELAY_* */
   struct ca_span_s*    next;           /* heap queue, or segment free/purge list */
   struct ca_span_s*    prev;
-  uint32_t             used_seen;      /* stats: `used` when last accounted */
-  uint32_t             index;          /* position in segment->spans */
   uint64_t             purge_at;       /* free span: time (ms) after which to purge, 0 = purged */
 } ca_span_t;
+_Static_assert(sizeof(ca_span_t) == 96, "span descriptor size");
 
 struct ca_segment_s {
   uintptr_t            cookie;         /* address ^ secret: a valid header */
@@ -131,7 +137,12 @@ struct ca_segment_s {
   uint8_t              abandoned;      /* on the abandoned list */
   uint32_t             span_count;
   uint32_t             spans_used;
+  uint32_t             purged_spans;   /* spans given back while free, not used since (bits) */
+  uint64_t             spans_purged_at;/* when the last of them was given back (ms) */
   uint64_t             cached_at;      /* in the segment cache since (ms) */
+  uint64_t             purged_at;      /* cached: when it was given back (ms) */
+  size_t               dirty;          /* bytes from the start that may be resident (LARGE: the
+                                          objects' extent since the last purge) */
   ca_segment_t*        next;           /* heap's queue of segments with free spans / cache */
   ca_segment_t*        prev;
   ca_segment_t*        all_next;       /* heap's list of all its segments / abandoned list */
@@ -141,6 +152,12 @@ struct ca_segment_s {
   size_t               large_size;     /* usable bytes from large_ptr */
   ca_span_t            spans[CA_MAX_SPANS + 1];   /* +1: sentinel that is always UNUSED */
 };
+
+/* purge pacing (pacer.h) */
+typedef struct ca_pacer_s {
+  uint32_t             mult;           /* waits are purge_delay x mult (0 counts as 1) */
+  uint64_t             calm_since;     /* last refault, or last pace-down (ms) */
+} ca_pacer_t;
 
 typedef struct ca_span_queue_s {
   ca_span_t*           first;
@@ -164,7 +181,8 @@ struct ca_heap_s {
   ca_span_queue_t      queues[CA_CLASS_MAX + 1];
   ca_segment_queue_t   segments[2];             /* SMALL, MEDIUM segments with free spans */
   ca_segment_queue_t   all;                     /* every segment this heap owns */
-  ca_span_queue_t      purge;                   /* free spans waiting to be purged (FIFO) */
+  ca_span_queue_t      purge;                   /* free spans waiting to be purged (expiry order) */
+  ca_pacer_t           pacer;                   /* how long they wait */
   uint64_t             rng;                     /* xorshift state: span colours */
   uint32_t             colour[CA_CLASS_MAX];    /* next span's first-block offset per class */
   uint64_t             generic_calls;

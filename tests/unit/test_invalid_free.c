@@ -1,7 +1,8 @@
 /* Invalid frees abort with one line "chromalloc: ..." naming the pointer: a pointer that is not
    chromalloc's (stack), an interior pointer of a small block and of a large object, a double
    free by the owner, by another thread, and of a large object, a free into a span that was
-   already given back, and realloc of a foreign pointer.  Each case runs in a child whose
+   already given back, a pointer above user space that names one of our segments modulo 2^47, and
+   realloc of a foreign pointer.  Each case runs in a child whose
    SIGABRT handler prints the pointer the case used, so the test can check it was named. */
 #include "check.h"
 #include <pthread.h>
@@ -34,6 +35,12 @@ static void freed_span(void) {
   for (int i = 0; i < 2000; i++) free(p[i]);            /* the early spans are given back */
   name(p[0]);
   free(p[0]);
+}
+static void wild_high(void) {      /* above user space, and naming one of our segments modulo 2^47 */
+  char* p = malloc(64);
+  p += (uintptr_t)1 << 47;
+  name(p);
+  free(p);
 }
 static void realloc_foreign(void) { static char buf[64]; name(buf); (void)!realloc(buf, 100); }
 
@@ -75,6 +82,7 @@ int main(void) {
   expect_abort("double free by another thread", double_remote, "double free");
   expect_abort("double free of a large object", double_large, "double free");
   expect_abort("free into a released span", freed_span, "free(): ");
+  expect_abort("pointer above user space", wild_high, "not allocated by chromalloc");
   expect_abort("realloc of a foreign pointer", realloc_foreign, "invalid pointer");
   return check_done("test_invalid_free");
 }

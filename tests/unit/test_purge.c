@@ -1,0 +1,77 @@
+/* Purge pacing (src/core/pacer.h), driven by scripted times: the wait starts at purge_delay,
+   doubles on each refault within four waits of the purge, stops at 64x, ignores late reuse, and
+   halves after 32 calm waits.  Then the same through the allocator: a large object freed,
+   purged and taken again (a refault) makes the segment cache wait longer, and its pages come
+   back zero for calloc. */
+#include "check.h"
+#include "../../src/core/pacer.h"
+#include <malloc.h>
+
+static void scripted(void) {
+  _ca_options[CA_OPT_PURGE_DELAY] = 10;
+  ca_pacer_t p = { 0, 0 };
+  CHECK(_ca_pacer_delay(&p) == 10);                   /* zeroed pacer: the base wait */
+  _ca_pacer_reused(&p, 1000, 1030);                   /* 30 ms after its purge: within 4 waits */
+  CHECK(p.mult == 2 && _ca_pacer_delay(&p) == 20);
+  _ca_pacer_reused(&p, 2000, 2200);                   /* 200 ms: later than 4 x 20, not counted */
+  CHECK(p.mult == 2);
+  for (uint64_t t = 3000; t < 3010; t++) _ca_pacer_reused(&p, t, t + 1);
+  CHECK(p.mult == CA_PACER_MAX && _ca_pacer_delay(&p) == 10 * CA_PACER_MAX);
+  uint64_t last = 3010;                               /* calm_since of the last refault */
+  _ca_pacer_purging(&p, last + 32 * 640 - 1);         /* not calm long enough */
+  CHECK(p.mult == CA_PACER_MAX);
+  _ca_pacer_purging(&p, last + 32 * 640 + 1);
+  CHECK(p.mult == CA_PACER_MAX / 2);
+  uint64_t now = last + 32 * 640 + 1;
+  for (int k = 0; k < 10; k++) { now += 32 * 640 + 1; _ca_pacer_purging(&p, now); }
+  CHECK(p.mult == 1 && _ca_pacer_delay(&p) == 10);   /* back at the base pace, not below */
+  _ca_options[CA_OPT_PURGE_DELAY] = 0;
+  CHECK(_ca_pacer_delay(&p) == 0);                    /* purge at once stays at once */
+  _ca_options[CA_OPT_PURGE_DELAY] = 10;
+}
+
+/* calloc of a segment that held a bigger object before it was shrunk, freed and purged: the
+   purge must have covered the object's whole extent, not its last size */
+static void zero_after_shrink(bool trim) {
+  size_t big = 1536 * 1024, small = 100 * 1024;
+  unsigned char* p = malloc(big);
+  memset(p, 0xA5, big);
+  p = realloc(p, small);                              /* in place: the tail stays dirty */
+  free(p);
+  if (trim) malloc_trim(0);
+  unsigned char* q = calloc(1, big);
+  size_t bad = 0;
+  for (size_t i = 0; i < big; i++) bad += q[i] != 0;
+  if (bad) fprintf(stderr, "calloc after shrink (%s): %zu bytes not zero\n", trim ? "purged" : "cached", bad);
+  CHECK(bad == 0);
+  free(q);
+}
+
+static int cache_pace(void) {
+  static char json[65536];
+  chromalloc_stats_json(json, sizeof json);
+  const char* p = strstr(json, "\"cache_purge_pace\":");
+  return p ? atoi(p + strlen("\"cache_purge_pace\":")) : -1;
+}
+
+int main(void) {
+  require_chromalloc("test_purge");
+  free(malloc(1));                                    /* options read */
+  scripted();
+  zero_after_shrink(false);
+  zero_after_shrink(true);
+  /* through the cache: each free is purged by malloc_trim, and the next malloc takes it back at
+     once (after the first, which finds the last calloc's segment warm): two refaults */
+  _ca_options[CA_OPT_PURGE_DELAY] = 1000;            /* refaults within 4 s, calm after 32 s: no luck */
+  int before = cache_pace();
+  for (int i = 0; i < 3; i++) {
+    void* volatile p = malloc(300 * 1024);           /* volatile: the pair is not optimised away */
+    memset(p, 1, 300 * 1024);
+    free(p);
+    malloc_trim(0);
+  }
+  int after = cache_pace();
+  if (before < 1 || after != before * 4) fprintf(stderr, "segment cache pace %d before two refaults, %d after\n", before, after);
+  CHECK(before >= 1 && after == before * 4);
+  return check_done("test_purge");
+}
