@@ -202,7 +202,7 @@ def main():
         for i, an in enumerate(anames):
             for ax, key in zip(axes, ("time", "maxrss_kib")):
                 ys = [stats[n][an][key] / stats[n][ref][key] if an in stats[n] and ref in stats[n] else math.nan for n in names]
-                ax.bar([k + i * width for k in range(len(names))], ys, width, label=an, color=br.COLORS.get(an))
+                ax.bar([k + i * width for k in range(len(names))], ys, width, label=an, color=br.color_of(an))
         for ax, what in zip(axes, ("time", "peak RSS")):
             ax.axhline(1, color="grey", lw=0.8)
             ax.set_yscale("log")

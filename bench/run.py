@@ -663,6 +663,14 @@ def index_targets(summary, nsets):
 
 COLORS = {"glibc": "#7f7f7f", "jemalloc": "#1f77b4", "mimalloc": "#2ca02c",
           "tcmalloc": "#ff7f0e", "chromalloc": "#d62728", "chromalloc-ciu": "#9467bd"}
+EXTRA_COLORS = ["#8c564b", "#e377c2", "#17becf", "#bcbd22", "#000000"]
+
+
+def color_of(name):
+    """A fixed colour per allocator; builds given with --also get the extra ones in turn."""
+    if name not in COLORS:
+        COLORS[name] = EXTRA_COLORS[(len(COLORS) - 6) % len(EXTRA_COLORS)]
+    return COLORS[name]
 
 
 def load_matplotlib():
@@ -715,7 +723,7 @@ def plot_suite(plt, stats, geo, benches, names):
             every += [v for _, v in pts]
             # bars grow from 1.0 (= mimalloc) up or down, on a log scale
             ax.bar([x for x, _ in pts], [v - 1 for _, v in pts], width, bottom=1,
-                   label=n + (" (= 1)" if n == REFERENCE else ""), color=COLORS.get(n))
+                   label=n + (" (= 1)" if n == REFERENCE else ""), color=color_of(n))
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.axvline(len(benches) - 0.5, color="black", linewidth=0.5, linestyle=":")
         ax.set_yscale("log")
@@ -744,7 +752,7 @@ def plot_index(plt, table, sizes, names, nsets):
     fig, axes = plt.subplots(2, 1, figsize=(12, 8.5), sharex=True)
     for i, n in enumerate(names):
         # earlier lines are wider so that lines drawn over them (equal values) stay visible
-        style = {"color": COLORS.get(n), "label": n, "linewidth": 1.0 + 0.6 * (len(names) - 1 - i),
+        style = {"color": color_of(n), "label": n, "linewidth": 1.0 + 0.6 * (len(names) - 1 - i),
                  "linestyle": "--" if n == "chromalloc-ciu" else "-"}
         axes[0].plot(sizes, [table[n][s]["sets_min"] for s in sizes], drawstyle="steps-mid", **style)
         axes[1].plot(sizes, [table[n][s]["ns_per_step"] for s in sizes], **style)

@@ -5,7 +5,7 @@
    the other thread, which frees it.  Measures the fast paths, remote frees, and how an
    allocator gives memory back while it keeps being reused (page faults, madvise, locks).
    Blocks are stamped and checked; the tag sums of allocations and frees must agree.
-   Usage: xchurn [STEPS=1000000] [SLOTS=4096] [SEED=1] */
+   Usage: xchurn [STEPS=2000000] [SLOTS=4096] [SEED=1] */
 #include "bench.h"
 #include <pthread.h>
 
@@ -96,7 +96,7 @@ static void *run(void *arg)
 int main(int argc, char **argv)
 {
     bench_name = "xchurn";
-    long steps = arg_long(argc, argv, 1, 1000000, 1);
+    long steps = arg_long(argc, argv, 1, 2000000, 1);
     long slots = arg_long(argc, argv, 2, 4096, 1);
     long seed = arg_long(argc, argv, 3, 1, 0);
     worker_t w[2];
