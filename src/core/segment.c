@@ -70,19 +70,14 @@ static void segment_unmap(ca_segment_t* seg) {
   _ca_os_unmap(seg, seg->size);
 }
 
-/* cache list (lock held): most recently cached first */
-static void cache_link_front(ca_segment_t* s) {
-  s->prev = NULL; s->next = cache_first;
-  if (cache_first) cache_first->prev = s; else cache_last = s;
-  cache_first = s;
-  cache_count++;
-  cache_bytes += s->size;
-  if (!s->purged) cache_dirty += s->dirty;
-}
-static void cache_link_back(ca_segment_t* s) {
-  s->next = NULL; s->prev = cache_last;
-  if (cache_last) cache_last->next = s; else cache_first = s;
-  cache_last = s;
+/* cache list (lock held): most recently cached first; purged ones go back at the old end */
+static void cache_link(ca_segment_t* s, bool front) {
+  ca_segment_t** near = front ? &cache_first : &cache_last;
+  ca_segment_t** far = front ? &cache_last : &cache_first;
+  if (front) { s->prev = NULL; s->next = *near; if (*near) (*near)->prev = s; }
+  else       { s->next = NULL; s->prev = *near; if (*near) (*near)->next = s; }
+  if (*far == NULL) *far = s;
+  *near = s;
   cache_count++;
   cache_bytes += s->size;
   if (!s->purged) cache_dirty += s->dirty;
@@ -110,7 +105,7 @@ static void cache_purge_list(ca_segment_t* list) {
     s->dirty = CA_HEADER_SIZE;
   }
   _ca_lock(&cache_lock);
-  for (ca_segment_t* s = list, *next; s != NULL; s = next) { next = s->next; cache_link_back(s); }
+  for (ca_segment_t* s = list, *next; s != NULL; s = next) { next = s->next; cache_link(s, false); }
 }
 
 /* Purge cached segments whose wait is over (or all, when forced). */
@@ -146,7 +141,7 @@ static void segment_cache_put(ca_segment_t* seg) {
   ca_segment_t* evict = NULL;
   ca_segment_t* list = NULL;
   _ca_lock(&cache_lock);
-  cache_link_front(seg);
+  cache_link(seg, true);
   if (_ca_opt(CA_OPT_PURGE_DELAY) == 0) { cache_unlink(seg); seg->next = NULL; list = seg; }
   if (cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) { evict = cache_last; cache_unlink(evict); }
   size_t live = (size_t)atomic_load_explicit(&_ca_stats.mapped_bytes, ca_relaxed) - cache_bytes;
