@@ -96,6 +96,17 @@ static uint32_t list_length(const ca_block_t* b) {
   return n;
 }
 
+/* Collect a span's frees outside a refill.  Its `free` list may take the local frees, and the
+   statistics count what was handed out as `installed` less what is left of that list: so they
+   are settled before, and restart from the list as it is after (settled after it, a thread that
+   exited with local frees counted 2^32 allocations too many). */
+static void collect_settled(ca_heap_t* h, ca_span_t* s) {
+  _ca_stats_span_settle(h, s, list_length(s->free));
+  _ca_span_collect(s);
+  s->installed = (uint16_t)list_length(s->free);
+  _ca_stats_span_settle(h, s, s->installed);          /* the live blocks the collect freed */
+}
+
 /* an empty span leaves its heap's queue and goes back to its segment */
 static void give_back(ca_heap_t* h, ca_span_t* s) {
   _ca_stats_span_settle(h, s, list_length(s->free));
@@ -150,7 +161,7 @@ void _ca_heap_collect_flavours(ca_heap_t* h) {
     for (uint32_t c = 0; c < _ca_class_count; c++)
       for (ca_span_t* s = fh->queues[c].first, *next; s != NULL; s = next) {
         next = s->next;
-        _ca_span_collect(s);
+        collect_settled(fh, s);
         if (s->used == 0) give_back(fh, s);
       }
   }
@@ -311,9 +322,8 @@ void _ca_heap_adopt_span(ca_heap_t* h, ca_span_t* s) {
   _ca_span_set_delay(s, CA_DELAY_NONE, true);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
   _ca_span_local(s, h);
-  _ca_span_collect(s);
+  collect_settled(h, s);
   if (s->used == 0) {
-    _ca_stats_span_settle(h, s, list_length(s->free));
     _ca_segment_span_free(h, s);
     return;
   }
@@ -380,8 +390,7 @@ static void span_leave(ca_heap_t* h, ca_span_t* s) {
   spanq_remove(&h->queues[c], s);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
   s->local = NULL;                     /* abandoned: a thread that gets this heap next is not its owner */
-  _ca_span_collect(s);
-  _ca_stats_span_settle(h, s, list_length(s->free));
+  collect_settled(h, s);
   if (s->used == 0) _ca_segment_span_free(h, s);
 }
 
