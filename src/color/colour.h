@@ -116,6 +116,7 @@ bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32
 /* a described machine's simulated L2 (simcache.c), instead of timing */
 bool     _ca_probe_sim_init(ca_timing_probe_t* tp);
 void     _ca_sim_moved(const void* from, const void* to, size_t npages);   /* frames follow moved pages */
+bool     _ca_colour_move_page(void* from, void* to);                    /* a page and its frame (pool.c) */
 int      _ca_sim_colour(const void* p);                                 /* -1: not simulated */
 /* the probe of this machine: simulated when it is described, else timed */
 static inline bool _ca_probe_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways) {

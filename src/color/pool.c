@@ -90,8 +90,9 @@ uint8_t* _ca_pool_supply(size_t npages) {
   return base;
 }
 
-/* Move the page at src to dst (both page aligned), keeping its frame. */
-static bool move_page(void* src, void* dst) {
+/* Move the page at src to dst (both page aligned), keeping its frame: every move of a page
+   whose colour matters goes through here, so a simulated L2 follows it. */
+bool _ca_colour_move_page(void* src, void* dst) {
   if (!_ca_os_move(src, dst, CA_OS_PAGE)) return false;
   _ca_sim_moved(src, dst, 1);
   return true;
@@ -105,7 +106,7 @@ bool _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
   if (pool->count < n || moved_pages + n > moved_limit) return false;
   for (size_t i = 0; i < n; i++) {
     void* page = _ca_pool_pop_any(pool, &fill_rng);
-    if (!move_page(page, base + i * CA_OS_PAGE)) {
+    if (!_ca_colour_move_page(page, base + i * CA_OS_PAGE)) {
       _ca_pool_push(pool, page);                   /* the page is still where it was */
       /* undo what was moved: [base, base + i) back to the pool, the range made ordinary */
       if (i > 0) _ca_pool_take_back(pool, base, i * CA_OS_PAGE);
@@ -134,7 +135,7 @@ void _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
   size_t n = bytes / CA_OS_PAGE;
   for (size_t i = 0; i < n; i++) {
     void* slot = _ca_pool_slot();
-    if (slot == NULL || !move_page(base + i * CA_OS_PAGE, slot)) {
+    if (slot == NULL || !_ca_colour_move_page(base + i * CA_OS_PAGE, slot)) {
       if (slot) _ca_pool_unslot(slot);
       continue;                                    /* the frame is lost: it stays in the span */
     }

@@ -69,20 +69,14 @@ static bool protect(void* page, int prot) { return _ca_syscall6(SYS_mprotect, (l
 
 /* Move the page's frame to a slot (kept for set keep) and fresh's frame into its place; false
    (the page as it was, the slot given back) when a move fails. */
-static bool move(void* from, void* to) {
-  if (!_ca_os_move(from, to, CA_OS_PAGE)) return false;
-  _ca_sim_moved(from, to, 1);
-  return true;
-}
-
 static bool swap_in(void* fresh, void* page, int keep, bool test) {
   void* slot = keep > 0 ? _ca_colour_slot() : NULL;
-  if (slot != NULL && !move(page, slot)) { _ca_colour_keep_frame(0, slot, false); slot = NULL; }
-  if (move(fresh, page)) {
+  if (slot != NULL && !_ca_colour_move_page(page, slot)) { _ca_colour_keep_frame(0, slot, false); slot = NULL; }
+  if (_ca_colour_move_page(fresh, page)) {
     if (slot != NULL) _ca_colour_keep_frame(keep, slot, test);
     return true;
   }
-  if (slot != NULL && !move(slot, page)) {
+  if (slot != NULL && !_ca_colour_move_page(slot, page)) {
     /* the address must not stay unmapped (only the process's map limit makes moves fail):
        its data goes into a fresh page there, read-only like the page it replaces */
     if (_ca_syscall6(SYS_mmap, (long)page, CA_OS_PAGE, PROT_READ | PROT_WRITE,

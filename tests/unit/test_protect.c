@@ -73,7 +73,7 @@ static void kept_frames_tested(int low, int rest) {
     void* slot = _ca_colour_slot();
     CHECK(page != NULL && slot != NULL);
     if (page == NULL || slot == NULL) return;
-    CHECK(_ca_os_move(page, slot, 4096));
+    CHECK(_ca_colour_move_page(page, slot));       /* as recolour.c moves it: the frame goes along */
     mprotect(slot, 4096, PROT_READ);
     _ca_colour_keep_frame(low, slot, true);
   }
@@ -86,7 +86,10 @@ static void kept_frames_tested(int low, int rest) {
   fprintf(stderr, "test_protect: frames of the rest handed over as of the first eighth: %ld given back, %ld pooled\n",
           rejected, kept);
   CHECK_EQ(kept + rejected, N);
-  CHECK(rejected * 4 >= N * 3);               /* the pool's strict test decides */
+  /* the pool's strict test decides: on a described machine exactly (the simulated frames moved
+     with their pages), on a real one by timing */
+  if (machine_described()) CHECK_EQ(rejected, N);
+  else CHECK(rejected * 4 >= N * 3);
 }
 
 int main(void) {
