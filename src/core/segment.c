@@ -142,8 +142,9 @@ static void segment_cache_put(ca_segment_t* seg) {
   ca_segment_t* list = NULL;
   _ca_lock(&cache_lock);
   cache_link(seg, true);
-  if (_ca_opt(CA_OPT_PURGE_DELAY) == 0) { cache_unlink(seg); seg->next = NULL; list = seg; }
-  if (cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) { evict = cache_last; cache_unlink(evict); }
+  bool taken = _ca_opt(CA_OPT_PURGE_DELAY) == 0;       /* seg is out of the cache (on `list` or evicted) */
+  if (taken) { cache_unlink(seg); seg->next = NULL; list = seg; }
+  if (cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) { evict = cache_last; cache_unlink(evict); taken |= evict == seg; }
   size_t live = (size_t)atomic_load_explicit(&_ca_stats.mapped_bytes, ca_relaxed) - cache_bytes;
   size_t budget = (live / 8 > CA_CACHE_DIRTY_MIN ? live / 8 : CA_CACHE_DIRTY_MIN) * (cache_pacer.mult > 8 ? 8 : cache_pacer.mult ? cache_pacer.mult : 1);
   size_t spare = seg->dirty <= CA_CACHE_NEWEST_MAX ? seg->dirty : 0;
@@ -151,7 +152,7 @@ static void segment_cache_put(ca_segment_t* seg) {
     prev = s->prev;
     if (!s->purged && s != seg) { cache_unlink(s); s->next = list; list = s; }
   }
-  if (cache_dirty > budget + spare && !seg->purged && list != seg) { cache_unlink(seg); seg->next = list; list = seg; }
+  if (cache_dirty > budget + spare && !taken) { cache_unlink(seg); seg->next = list; list = seg; }
   uint64_t due = seg->cached_at + _ca_pacer_delay(&cache_pacer);
   if (due < atomic_load_explicit(&cache_next_purge, ca_relaxed)) atomic_store_explicit(&cache_next_purge, due, ca_relaxed);
   cache_purge_list(list);

@@ -2,7 +2,7 @@
    doubles on each refault within four waits of the purge, stops at 64x, ignores late reuse, and
    halves after 32 calm waits.  Then the same through the allocator: a large object freed,
    purged and taken again (a refault) makes the segment cache wait longer, and its pages come
-   back zero for calloc. */
+   back zero for calloc, also with no cache and with purging at once. */
 #include "check.h"
 #include "../../src/core/pacer.h"
 #include <malloc.h>
@@ -73,5 +73,18 @@ int main(void) {
   int after = cache_pace();
   if (before < 1 || after != before * 4) fprintf(stderr, "segment cache pace %d before two refaults, %d after\n", before, after);
   CHECK(before >= 1 && after == before * 4);
+  /* the cache's edge settings: no cache, purging at once, both (a segment freed is then both the
+     one to purge and the one to evict) */
+  long edges[][2] = { { 0, 10 }, { 128, 0 }, { 0, 0 } };
+  for (int e = 0; e < 3; e++) {
+    _ca_options[CA_OPT_SEGMENT_CACHE] = edges[e][0];
+    _ca_options[CA_OPT_PURGE_DELAY] = edges[e][1];
+    zero_after_shrink(false);
+    static void* small[40000];
+    for (int i = 0; i < 40000; i++) small[i] = malloc(100);   /* two segments of spans, freed whole */
+    for (int i = 0; i < 40000; i++) free(small[i]);
+  }
+  _ca_options[CA_OPT_SEGMENT_CACHE] = 128;
+  _ca_options[CA_OPT_PURGE_DELAY] = 10;
   return check_done("test_purge");
 }
