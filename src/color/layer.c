@@ -50,6 +50,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "ready_ms", L.ready_ns / 1000000);
   ca_buf_field_u64(b, "worker_cpu_ms", _ca_cs_worker_cpu_ns() / 1000000);
   ca_buf_field_u64(b, "worker_paced_ms", L.paced_ns / 1000000);
+  ca_buf_field_u64(b, "worker_pace_from_cpu_ms", L.pace_cpu_ns / 1000000);   /* its CPU when first ready */
   ca_buf_field_u64(b, "set_builds", L.disc.set_builds);
   ca_buf_field_u64(b, "set_build_failures", L.disc.set_failures);
   ca_buf_field_u64(b, "set_build_ms", L.disc.set_build_ns / 1000000);

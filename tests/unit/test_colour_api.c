@@ -196,10 +196,16 @@ static void paced(int set) {
     return;
   }
   long long paced = 0;
-  /* the pace starts after a second of the worker's CPU time, which a nice-19 worker on a host
-     busy with two make test runs gets in a minute or two */
-  for (int i = 0; i < 2700 && (paced = stats_value("colours", "worker_paced_ms")) <= 0; i++) usleep(100000);
-  CHECK(paced > 0);
+  /* the pace starts after a second of the worker's CPU time since the layer was ready, which a
+     nice-19 worker gets in about 2 s on an idle host; on one busy with two make test runs it got
+     less than that in 270 s.  Not paced yet is right while it is within that allowance. */
+  for (int i = 0; i < 600 && (paced = stats_value("colours", "worker_paced_ms")) <= 0; i++) usleep(100000);
+  if (paced <= 0) {
+    long long since = stats_value("colours", "worker_cpu_ms") - stats_value("colours", "worker_pace_from_cpu_ms");
+    fprintf(stderr, "test_colour_api pace: not paced in 60 s, the worker had %lld ms of CPU since ready (host busy)\n", since);
+    CHECK(since >= 0 && since <= 2000);           /* within the allowance and one supply chunk */
+    return;
+  }
   long long cpu0 = stats_value("colours", "worker_cpu_ms");
   sleep(3);
   long long cpu = stats_value("colours", "worker_cpu_ms") - cpu0;
