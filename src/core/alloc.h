@@ -1,8 +1,9 @@
 /* The two fast paths, inline.  malloc: one TLS load, one table load, pop a list.  free: check the
    pointer is ours and a block start (segment bitmap + exact division), check the span is this
-   thread's and needs no care (one field, span.local), push on the local list.  Anything else (first call of a
-   thread, empty list, remote or full span, over-aligned block, double free, large object) goes to
-   a noinline slow path, reached by a tail call, so these stay small and spill no registers. */
+   thread's and needs no care (one field, span.local), push on the local list.  Anything else
+   (first call of a thread, empty list, remote or full span, over-aligned block, double free,
+   large object) goes to a noinline slow path, reached by a tail call, so these stay small and
+   spill no registers. */
 #ifndef CA_ALLOC_H
 #define CA_ALLOC_H
 

@@ -5,7 +5,7 @@
    cache while its pages were purged less than a few waits ago) means the program keeps coming
    back for it: every such refault doubles the wait.  A stretch of many waits without one
    halves it again, so a program that stops reusing its memory returns it at the base pace.
-   (A two-thread churn of mixed sizes refaulted 27,000 pages a second at a fixed 10 ms.)
+   (At a fixed 10 ms, bench/src/xchurn.c took 47,000 page faults where mimalloc took 15,600.)
 
      pacer { mult, calm_since }      one per heap (spans, owner only) and one for the segment
                                      cache (under its lock): no atomics */
@@ -18,16 +18,19 @@
 #define CA_PACER_SOON    4       /* a refault within 4 waits of the purge counts */
 #define CA_PACER_CALM    32      /* 32 waits without one halve the wait */
 
+/* a zeroed pacer (a new heap, the static cache's) is at the base pace */
+static inline uint32_t _ca_pacer_mult(const ca_pacer_t* p) { return p->mult ? p->mult : 1; }
+
+/* the wait in ms; 0 when purge_delay is 0 (at once) or -1 (never), which callers test first */
 static inline uint64_t _ca_pacer_delay(const ca_pacer_t* p) {
   long d = _ca_opt(CA_OPT_PURGE_DELAY);
-  return d <= 0 ? (uint64_t)d : (uint64_t)d * (p->mult ? p->mult : 1);
+  return d <= 0 ? 0 : (uint64_t)d * _ca_pacer_mult(p);
 }
 
 /* memory purged at `purged_at` (ms) is being reused at `now` */
 static inline void _ca_pacer_reused(ca_pacer_t* p, uint64_t purged_at, uint64_t now) {
-  if (p->mult == 0) p->mult = 1;
   if (now - purged_at > CA_PACER_SOON * _ca_pacer_delay(p)) return;
-  if (p->mult < CA_PACER_MAX) p->mult *= 2;
+  p->mult = _ca_pacer_mult(p) < CA_PACER_MAX ? 2 * _ca_pacer_mult(p) : CA_PACER_MAX;
   p->calm_since = now;
 }
 

@@ -129,12 +129,11 @@ void _ca_segment_cache_purge(bool force) {
   atomic_store_explicit(&cache_next_purge, next < abandoned_next ? next : abandoned_next, ca_relaxed);
 }
 
-uint32_t _ca_segment_cache_pace(void) { return cache_pacer.mult ? cache_pacer.mult : 1; }
+uint32_t _ca_segment_cache_pace(void) { return _ca_pacer_mult(&cache_pacer); }
 
 static void segment_cache_put(ca_segment_t* seg) {
   atomic_store_explicit(&seg->owner, NULL, ca_relaxed);
   seg->spans[0].flags = CA_SPAN_UNUSED;               /* a free() into it is invalid */
-  seg->spans[0].local = NULL;
   if (seg->kind != CA_SEG_LARGE) seg->dirty = seg->size;   /* LARGE: the objects' extent (large.c) */
   seg->cached_at = _ca_clock_ms();
   seg->purged = 0;
@@ -146,7 +145,8 @@ static void segment_cache_put(ca_segment_t* seg) {
   if (taken) { cache_unlink(seg); seg->next = NULL; list = seg; }
   if (cache_count > (size_t)_ca_opt(CA_OPT_SEGMENT_CACHE)) { evict = cache_last; cache_unlink(evict); taken |= evict == seg; }
   size_t live = (size_t)atomic_load_explicit(&_ca_stats.mapped_bytes, ca_relaxed) - cache_bytes;
-  size_t budget = (live / 8 > CA_CACHE_DIRTY_MIN ? live / 8 : CA_CACHE_DIRTY_MIN) * (cache_pacer.mult > 8 ? 8 : cache_pacer.mult ? cache_pacer.mult : 1);
+  uint32_t room = _ca_pacer_mult(&cache_pacer) < 8 ? _ca_pacer_mult(&cache_pacer) : 8;
+  size_t budget = (live / 8 > CA_CACHE_DIRTY_MIN ? live / 8 : CA_CACHE_DIRTY_MIN) * room;
   size_t spare = seg->dirty <= CA_CACHE_NEWEST_MAX ? seg->dirty : 0;
   for (ca_segment_t* s = cache_last, *prev; s != NULL && cache_dirty > budget + spare; s = prev) {
     prev = s->prev;
@@ -433,7 +433,11 @@ ca_segment_t* _ca_segment_large_alloc(size_t need, size_t align, size_t* offset)
   seg->span_count = 1;
   seg->is_zero = zero;
   seg->spans[1].flags = CA_SPAN_UNUSED;
-  for (uint32_t i = 2; i < CA_MAX_SPANS; i++) seg->spans[i].local = NULL;   /* free() may read any of them */
+  /* free() may read any of spans[0..31]: their `local` is NULL, as every span's is once freed
+     (a segment is cached only with all its spans free) and as a fresh mapping's is */
+#ifdef CA_DEBUG
+  for (uint32_t i = 0; i < CA_MAX_SPANS; i++) ca_assert(seg->spans[i].local == NULL, "large segment span with an owner", seg);
+#endif
   *offset = off;
   return seg;
 }

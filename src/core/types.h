@@ -93,8 +93,6 @@ typedef struct ca_block_s {
 typedef struct ca_heap_s ca_heap_t;
 typedef struct ca_segment_s ca_segment_t;
 
-/* 96 bytes: free() indexes spans[] with a multiply by 3 and a shift */
-
 typedef struct ca_span_s {
   /* fast-path fields first */
   ca_block_t*          free;           /* blocks ready to hand out (owner only) */
@@ -120,7 +118,7 @@ typedef struct ca_span_s {
   struct ca_span_s*    prev;
   uint64_t             purge_at;       /* free span: time (ms) after which to purge, 0 = purged */
 } ca_span_t;
-_Static_assert(sizeof(ca_span_t) == 96, "span descriptor size");
+_Static_assert(sizeof(ca_span_t) == 96, "span descriptor size");   /* free() indexes spans[] by x3, shift */
 
 struct ca_segment_s {
   uintptr_t            cookie;         /* address ^ secret: a valid header */
