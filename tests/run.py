@@ -73,8 +73,11 @@ def suite(build):
         add("%s-shared" % t, [exe(t, "cshared")])
         add("%s-static" % t, [exe(t, "cstatic")])
         add("%s-preload" % t, [exe(t, "plain")], colour)
-    for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect", "purge"]:
+    for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect", "purge", "move"]:
         add(t, [exe(t, "internal")])
+    # live page moves each way: mremap by option, and when seccomp denies userfaultfd
+    add("move-mremap", [exe("move", "internal"), "mremap"], {"CHROMALLOC_OPTIONS": "colour_moves=mremap"})
+    add("move-seccomp", [exe("move", "internal"), "seccomp"])
     # the layers hold at link time
     add("lean-symbols", ["sh", os.path.join(ROOT, "tests/unit/lean_symbols.sh"), so])
     add("core-alone", [os.path.join(b, "core-alone")])
@@ -95,6 +98,7 @@ def suite(build):
         for t in ["colour_start", "nightwatch", "small", "protect"]:
             add("%s-%s" % (t, g), [exe(t, "internal")], described=m)
     # the colour layer unavailable: by option, or by a machine profile that says so
+    add("colour_api-mremap", [exe("colour_api", "plain")], dict(colour, CHROMALLOC_OPTIONS="colour_moves=mremap"))
     add("colour-off-option", [exe("colour_api", "plain"), "disabled"], dict(colour, CHROMALLOC_OPTIONS="colours=0"))
     add("colour-off-profile", ["sh", os.path.join(ROOT, "tests/unit/colour_off_profile.sh"), b, cso])
     # colour_worker: the worker keeps within its share of a CPU while it stocks a big pool

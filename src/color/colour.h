@@ -49,6 +49,7 @@ typedef enum ca_colour_option_e {
   CA_COPT_RESERVE,        /* a program's first allocation from a small end slice reserves it */
   CA_COPT_WORKER,         /* % of a CPU the colour worker may take once ready */
   CA_COPT_AUDIT,          /* small slices' pools judged by what their pages do to one another */
+  CA_COPT_MOVES,          /* 0 = UFFDIO_MOVE where the kernel offers it, 1 = mremap only */
   CA_COPT_COUNT
 } ca_colour_option_t;
 extern long _ca_colour_options[CA_COPT_COUNT];
@@ -116,7 +117,17 @@ bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32
 /* a described machine's simulated L2 (simcache.c), instead of timing */
 bool     _ca_probe_sim_init(ca_timing_probe_t* tp);
 void     _ca_sim_moved(const void* from, const void* to, size_t npages);   /* frames follow moved pages */
-bool     _ca_colour_move_page(void* from, void* to);                    /* a page and its frame (pool.c) */
+/* page moves (move.c): 1 by UFFDIO_MOVE, 2 by mremap, 0 failed */
+int      _ca_colour_move_page(void* from, void* to);                    /* a page and its frame, neither in use */
+int      _ca_colour_move_live(void* page, void* fresh, void* slot, bool* parked);   /* a page in use */
+bool     _ca_move_uffd(void);                                           /* moves by UFFDIO_MOVE here */
+void     _ca_move_quiet_region(void* base, size_t len);                 /* the slot region: takes moved pages */
+bool     _ca_move_fill_begin(void* base, size_t len);
+void     _ca_move_fill_end(void* base, size_t len, bool registered);
+void     _ca_move_fork_hold(void);                                      /* fork: wait for pages in flight, start none */
+void     _ca_move_fork_release(void);
+void     _ca_move_fork_child(void);                                     /* ... and the child opens its own userfaultfd */
+void     _ca_move_stats_json(ca_buf_t* b);
 int      _ca_sim_colour(const void* p);                                 /* -1: not simulated */
 /* the probe of this machine: simulated when it is described, else timed */
 static inline bool _ca_probe_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways) {
@@ -207,6 +218,7 @@ void     _ca_pool_drop(void* page);
 size_t   _ca_pool_moved(void);
 void     _ca_pool_note_moved(size_t n);             /* recoloured pages: VMAs of their own for good */
 size_t   _ca_pool_moved_limit(void);
+bool     _ca_pool_moves_capped(size_t n);          /* n more mremap moves would pass the limit */
 
 /* ---- the layer at run time (colourset.c) and recolouring (recolour.c) ---------------------- */
 enum { CA_COLOURS_OFF, CA_COLOURS_CALIBRATING, CA_COLOURS_READY, CA_COLOURS_UNAVAILABLE };
@@ -216,7 +228,8 @@ int   _ca_colour_set(uint32_t from, uint32_t to, uint32_t den);
 int   _ca_colour_prepare(int id, size_t pages, int timeout_ms);
 int   _ca_colour_of(const void* p);
 void* _ca_colour_take_page(int id);
-void  _ca_colour_note_recolour(uint64_t ns);
+void  _ca_colour_note_recolour(uint64_t ns, bool remapped);
+void  _ca_colour_drop_slot(void* slot);        /* a parked frame released, the slot free */
 void* _ca_colour_slot(void);                /* a parking address for a page whose frame is kept */
 void  _ca_colour_keep_frame(int id, void* slot, bool test);   /* parked page -> set id's pool, re-tested first
                                                               if `test` (id 0: slot unused) */
@@ -230,8 +243,6 @@ void  _ca_colour_test_no_sets(uint32_t n, uint32_t retry_ms);       /* discovery
 void  _ca_colour_test_drop_sets(uint32_t n);                       /* once ready */
 long  _ca_recolour(void* p, size_t len, int id, int keep, bool test);   /* keep: set whose pool takes the old
                                                                         frames (0: none), re-tested if `test` */
-void  _ca_recolour_fork_hold(void);      /* fork: wait for pages in flight, start none */
-void  _ca_recolour_fork_release(void);
 void  _ca_colour_protect_default(void);
 int   _ca_colour_reserve(int id);
 void  _ca_colour_reserve_first(int id);    /* a coloured allocation from set id: maybe reserve it */

@@ -5,6 +5,8 @@
 
 long _ca_colour_options[CA_COPT_COUNT];
 
+static const char* const move_words[] = { "auto", "mremap", NULL };
+
 static const ca_option_desc_t options[CA_COPT_COUNT] = {
   [CA_COPT_COLOURS] = { "colours", 1, 0, 1, _ca_bool_words,
                         "the colour layer: memory of chosen L2 page colours (chromalloc_colours); "
@@ -26,6 +28,10 @@ static const ca_option_desc_t options[CA_COPT_COUNT] = {
                         "to one another in the L2, and pages for the other colours against it (3-5 times the "
                         "worker's CPU, no purer pools measured on the Zen 4 host); 0: the eviction sets' word "
                         "alone (docs/colours.md, \"The slice audit\")" },
+  [CA_COPT_MOVES]   = { "colour_moves", 0, 0, 1, move_words,
+                        "how pages move to frames of other colours: auto = UFFDIO_MOVE where the kernel "
+                        "offers it (no mapping added per page), mremap otherwise; mremap = always mremap "
+                        "(a mapping per moved page, at most vm.max_map_count/4 of them)" },
 };
 
 /* ---- statistics ----------------------------------------------------------------------------- */
@@ -101,6 +107,7 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "recolours", L.recolours);
   ca_buf_str(b, ",\"recolour_us\":");
   ca_buf_fixed(b, L.recolours ? (int64_t)(L.recolour_ns / L.recolours / 10) : 0, 2);
+  _ca_move_stats_json(b);
   ca_buf_str(b, ",\"protect\":");
   _ca_protect_stats_json(b);
   ca_buf_str(b, ",\"sets\":[");
@@ -133,7 +140,7 @@ static void init(void) {
 const ca_layer_t _ca_layer_colours = {
   .name = "colours", .options = options, .values = _ca_colour_options, .noptions = CA_COPT_COUNT,
   .init = init,
-  .fork_prepare = _ca_recolour_fork_hold,    /* no page in flight across the fork */
+  .fork_prepare = _ca_move_fork_hold,    /* no page in flight across the fork */
   .fork_parent = _ca_colour_fork_parent,
   .fork_child = _ca_colour_fork_child,
   .stats = _ca_colour_stats_json,

@@ -4,14 +4,15 @@
    classifies them and pushes each onto the pool of every colour set it belongs to; a page no
    set wants is given back to the OS right away (MADV_DONTNEED: its frame was never needed).
 
-   A span of a colour set is filled by moving pool pages into its address range with mremap,
-   which keeps the physical frame (and so the colour).  When the span is freed its pages move
-   back into the pool: into *slots* of a reserved pool region, since the span's range must be
+   A span of a colour set is filled by moving pool pages into its address range (move.c), which
+   keeps the physical frame (and so the colour).  When the span is freed its pages move back
+   into the pool: into *slots* of a reserved pool region, since the span's range must be
    ordinary memory again.  No frame whose colour was paid for is lost, except by re-verification
    (a page whose colour changed: the host moved it).
 
-   Every moved page is a VMA of its own, and the kernel caps a process at vm.max_map_count of
-   them (65530 by default), so the coloured pages in use are capped at a quarter of that. */
+   A page moved by mremap is a VMA of its own, and the kernel caps a process at
+   vm.max_map_count of them (65530 by default), so where moves are mremaps the coloured pages
+   in use are capped at a quarter of that. */
 #define _GNU_SOURCE
 #include "colour.h"
 #include <sys/mman.h>
@@ -73,13 +74,21 @@ static size_t map_count_limit(void) {
   return v / 4;
 }
 
+/* The slot region takes pages by UFFDIO_MOVE only when mapped writable (registered by move.c);
+   for mremap an inaccessible reservation serves. */
 bool _ca_pool_init(void) {
   if (slot_region) return true;
-  slot_region = mmap(NULL, CA_SLOT_REGION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  slot_region = _ca_move_uffd() ? mmap(NULL, CA_SLOT_REGION, PROT_READ | PROT_WRITE, flags, -1, 0) : MAP_FAILED;
+  if (slot_region != MAP_FAILED) _ca_move_quiet_region(slot_region, CA_SLOT_REGION);
+  else slot_region = mmap(NULL, CA_SLOT_REGION, PROT_NONE, flags, -1, 0);
   if (slot_region == MAP_FAILED) { slot_region = NULL; return false; }
   moved_limit = map_count_limit();
   return true;
 }
+
+/* n more pages moved would pass the cap on mappings (mremap moves only) */
+bool _ca_pool_moves_capped(size_t n) { return !_ca_move_uffd() && moved_pages + n > moved_limit; }
 
 /* A supply chunk of fresh pages, faulted in: (base, npages). */
 uint8_t* _ca_pool_supply(size_t npages) {
@@ -90,29 +99,24 @@ uint8_t* _ca_pool_supply(size_t npages) {
   return base;
 }
 
-/* Move the page at src to dst (both page aligned), keeping its frame: every move of a page
-   whose colour matters goes through here, so a simulated L2 follows it. */
-bool _ca_colour_move_page(void* src, void* dst) {
-  if (!_ca_os_move(src, dst, CA_OS_PAGE)) return false;
-  _ca_sim_moved(src, dst, 1);
-  return true;
-}
-
 /* Fill [base, base + bytes) with pages from pool: all of them or none.  Called with the
    layer's lock held. */
 bool _ca_pool_fill(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
   static uint64_t fill_rng = 0x9E3779B97F4A7C15ull;
   size_t n = bytes / CA_OS_PAGE;
-  if (pool->count < n || moved_pages + n > moved_limit) return false;
+  if (pool->count < n || _ca_pool_moves_capped(n)) return false;
+  bool registered = _ca_move_fill_begin(base, bytes);
   for (size_t i = 0; i < n; i++) {
     void* page = _ca_pool_pop_any(pool, &fill_rng);
     if (!_ca_colour_move_page(page, base + i * CA_OS_PAGE)) {
       _ca_pool_push(pool, page);                   /* the page is still where it was */
+      _ca_move_fill_end(base, bytes, registered);
       /* undo what was moved: [base, base + i) back to the pool, the range made ordinary */
       if (i > 0) _ca_pool_take_back(pool, base, i * CA_OS_PAGE);
       return false;
     }
   }
+  _ca_move_fill_end(base, bytes, registered);
   moved_pages += n;
   pool->handed += n;
   return true;
@@ -133,17 +137,21 @@ void _ca_pool_unslot(void* slot) {
    zero memory again.  Called with the layer's lock held. */
 void _ca_pool_take_back(ca_page_pool_t* pool, uint8_t* base, size_t bytes) {
   size_t n = bytes / CA_OS_PAGE;
+  bool ordinary = true;                            /* every page left by UFFDIO_MOVE: the range is as it was */
   for (size_t i = 0; i < n; i++) {
     void* slot = _ca_pool_slot();
-    if (slot == NULL || !_ca_colour_move_page(base + i * CA_OS_PAGE, slot)) {
+    int how = slot != NULL ? _ca_colour_move_page(base + i * CA_OS_PAGE, slot) : 0;
+    ordinary &= how == 1;
+    if (how == 0) {
       if (slot) _ca_pool_unslot(slot);
       continue;                                    /* the frame is lost: it stays in the span */
     }
     _ca_pool_push(pool, slot);
     pool->returned++;
   }
-  _ca_syscall6(SYS_mmap, (long)base, (long)bytes, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (!ordinary)
+    _ca_syscall6(SYS_mmap, (long)base, (long)bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   moved_pages = moved_pages >= n ? moved_pages - n : 0;
 }
 

@@ -80,7 +80,7 @@ void _ca_colour_fork_child(void) {
      condition, at the fork (a child that asked for stock then waited on that lock for ever) */
   pthread_mutex_init(&L.wake_lock, NULL);
   pthread_cond_init(&L.wake, NULL);
-  _ca_recolour_fork_release();
+  _ca_move_fork_child();
   for (int i = 1; i <= CA_COLOUR_SETS; i++) L.sets[i].pool.count = 0;
   L.worker_running = false;
   L.pace_from_ns = L.pace_cpu_ns = 0;           /* a new worker, on its own clock */
@@ -90,7 +90,7 @@ void _ca_colour_fork_child(void) {
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
 }
 
-void _ca_colour_fork_parent(void) { _ca_recolour_fork_release(); }
+void _ca_colour_fork_parent(void) { _ca_move_fork_release(); }
 
 static void install_hooks(void) {
   static _Atomic(bool) done;
@@ -257,12 +257,19 @@ void _ca_colour_keep_frame(int id, void* slot, bool test) {
   _ca_unlock(&L.lock);
 }
 
-/* A page was recoloured: it is a VMA of its own from now on (pool.c caps those). */
-void _ca_colour_note_recolour(uint64_t ns) {
+/* A parked frame nobody keeps: released, its slot free again. */
+void _ca_colour_drop_slot(void* slot) {
+  _ca_lock(&L.lock);
+  _ca_pool_drop(slot);
+  _ca_unlock(&L.lock);
+}
+
+/* A page was recoloured: by mremap, it is a VMA of its own from now on (pool.c caps those). */
+void _ca_colour_note_recolour(uint64_t ns, bool remapped) {
   _ca_lock(&L.lock);
   L.recolours++;
   L.recolour_ns += ns;
-  _ca_pool_note_moved(1);
+  if (remapped) _ca_pool_note_moved(1);
   _ca_unlock(&L.lock);
 }
 

@@ -15,7 +15,7 @@
 /* Protection's move: the live page to a pooled page of set `to`; its old frame stocks set
    `from`'s pool if the pool's re-test places it there (test_kept). */
 static int colour_move_to(void* page, int from, int to) {
-  if (_ca_pool_moved() >= _ca_pool_moved_limit()) return -1;
+  if (_ca_pool_moves_capped(1)) return -1;
   return _ca_recolour(page, CA_OS_PAGE, to, from, true) == 1;
 }
 
