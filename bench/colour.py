@@ -15,7 +15,10 @@
              against 1/8 of the colours (target <= 40 us), time to stock 4 MiB of 1/8-of-L2
              pages (target <= 2 s), agreement of two independent calibrations (target >= 98%),
              unclassified pages.
-  recolour   cost of moving a live page to another colour while a thread writes to it.
+  recolour   cost of moving a live page to another colour while a thread writes to it, each way
+             the colour layer can move pages (colour_moves=auto: UFFDIO_MOVE where the kernel
+             offers it; colour_moves=mremap), interleaved, and the mappings the moves added.
+             `--only recolour` runs this alone.
 
 Writes colour.csv (every run), colour_summary.json and colour.png to bench/results/.
 """
@@ -118,20 +121,34 @@ def calibrate(reps):
     return runs, {k: statistics.median(r[k] for r in runs) for k in keys}
 
 
+MOVES = ["auto", "mremap"]
+
+
 def recolour(reps):
-    """Returns the runs, the median and the runs that failed (reported, not fatal)."""
+    """Returns the runs, the medians by way of moving (and the mappings the moves added) and the
+    runs that failed (reported, not fatal)."""
     runs, failures = [], []
     for rep in range(reps):
-        try:
-            line = next(l for l in run([BUILD / "recolour"]).splitlines() if l.startswith("RECOLOUR"))
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            say(f"  !! recolour rep {rep + 1}/{reps} FAILED: {e}")
-            failures.append({"rep": rep, "error": str(e)})
-            continue
-        _, pages, med, p90 = line.split()
-        runs.append({"pages": int(pages), "us_median": float(med), "us_p90": float(p90)})
-    med = statistics.median(r["us_median"] for r in runs) if runs else None
-    return runs, {"us_per_page_median": med}, failures
+        for way in (MOVES if rep % 2 == 0 else MOVES[::-1]):
+            try:
+                out = run([BUILD / "recolour"], env={"CHROMALLOC_OPTIONS": f"colour_moves={way}"})
+                line = next(l for l in out.splitlines() if l.startswith("RECOLOUR"))
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                say(f"  !! recolour rep {rep + 1}/{reps} ({way}) FAILED: {e}")
+                failures.append({"rep": rep, "moves": way, "error": str(e)})
+                continue
+            _, pages, med, p90, maps = line.split()
+            runs.append({"moves": way, "pages": int(pages), "us_median": float(med), "us_p90": float(p90),
+                         "mappings_added": int(maps)})
+            say(f"  recolour rep {rep + 1}/{reps} {way}: {pages} pages, {med} us median, {p90} us p90, {maps} mappings added")
+    med = {}
+    for way in MOVES:
+        r = [x for x in runs if x["moves"] == way]
+        med[way] = {"us_per_page_median": statistics.median(x["us_median"] for x in r) if r else None,
+                    "us_per_page_range": [min(x["us_median"] for x in r), max(x["us_median"] for x in r)] if r else None,
+                    "mappings_added_median": statistics.median(x["mappings_added"] for x in r) if r else None}
+    med["us_per_page_median"] = med["auto"]["us_per_page_median"]
+    return runs, med, failures
 
 
 def plot(summary, victims, path):
@@ -161,11 +178,23 @@ def plot(summary, victims, path):
     say(f"wrote {os.path.relpath(path, ROOT)}")
 
 
+def say_recolour(rec):
+    for way in MOVES:
+        m = rec[way]
+        if m["us_per_page_median"] is None:
+            say(f"Recolouring (colour_moves={way}): every run failed")
+        else:
+            lo, hi = m["us_per_page_range"]
+            say(f"Recolouring (colour_moves={way}): {m['us_per_page_median']:.1f} us per page (median of runs, "
+                f"{lo:.1f}-{hi:.1f}), {m['mappings_added_median']:.0f} mappings added")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--victims", default="256,384,512")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--only", choices=["recolour"], help="run one benchmark alone")
     args = ap.parse_args()
     if not LIB.exists():
         sys.exit("build the library first (make)")
@@ -173,6 +202,13 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     victims = [int(v) for v in args.victims.split(",")]
     build(os.environ.get("CC", "cc"))
+    if args.only == "recolour":
+        say("== recolouring")
+        rec_runs, rec, rec_failures = recolour(args.reps)
+        with open(out / "colour_recolour.json", "w") as f:
+            json.dump({"median": rec, "runs": rec_runs, "failures": rec_failures, "command": " ".join(sys.argv)}, f, indent=1)
+        say_recolour(rec)
+        return
     say("== calibration")
     cal_runs, cal = calibrate(max(3, args.reps // 2))
     say("== polluter / victim")
@@ -217,8 +253,7 @@ def main():
     say(f"\nCalibration (median of {len(cal_runs)}): {cal['colours']} colours, classify {cal['classify_restricted_us']:.1f} us "
         f"(1/8) / {cal['classify_all_us']:.1f} us (all), 4 MiB pool {cal['pool_4mib_s']:.2f} s, agreement "
         f"{100 * cal['agreement']:.1f}%, unclassified {100 * cal['unclassified']:.1f}%, {cal['seconds']:.1f} s in all")
-    rp = rec['us_per_page_median']
-    say(f"Recolouring: {rp:.1f} us per page (median of runs)" if rp is not None else "Recolouring: every run failed")
+    say_recolour(rec)
     say("\nTargets (colour; reported, not enforced):")
     for t in targets:
         say(f"  {t['status']:4}  {t['target']}: {t['value']}")

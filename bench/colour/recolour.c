@@ -6,7 +6,8 @@
    takes a fresh page per page moved, so each slice is stocked with 4 MiB first (the run used to
    ask 12 MiB of the first eighth, which stocking could not reach in 120 s on 1 MiB L2s: a 1/8
    slice is found in about 1 of 8 frames, and frames rejected beyond 64 MiB come back).
-   Output: RECOLOUR <pages> <us_per_page_median> <us_per_page_p90>, then RESULT. */
+   Run with colour_moves=auto (UFFDIO_MOVE where the kernel offers it) and =mremap by colour.py.
+   Output: RECOLOUR <pages> <us_per_page_median> <us_per_page_p90> <mappings added>, then RESULT. */
 #define _GNU_SOURCE
 #include "../src/bench.h"
 #include <chromalloc.h>
@@ -29,6 +30,14 @@ static void* writer(void* arg) {
   return NULL;
 }
 
+static long maps_count(void) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  long n = 0;
+  for (int c; f != NULL && (c = fgetc(f)) != EOF;) n += c == '\n';
+  if (f) fclose(f);
+  return n;
+}
+
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 
 int main(void) {
@@ -41,6 +50,7 @@ int main(void) {
   memset(buf, 0, (size_t)PAGES * 4096);
   pthread_t w;
   pthread_create(&w, NULL, writer, NULL);
+  long maps0 = maps_count();
   static double us[PAGES * 2];
   size_t n = 0;
   for (int round = 0; round < 2; round++)
@@ -50,6 +60,7 @@ int main(void) {
       double t = now() - t0;
       if (moved == 1) us[n++] = t * 1e6;
     }
+  long maps1 = maps_count();
   atomic_store(&stop, true);
   pthread_join(w, NULL);
   for (size_t i = 0; i < PAGES; i++)
@@ -57,7 +68,7 @@ int main(void) {
       fail("page %zu: counter %lu, writer made %lu rounds", i, buf[i * 512], rounds_written);
   if (n == 0) fail("nothing was recoloured");
   qsort(us, n, sizeof *us, cmp_double);
-  printf("RECOLOUR %zu %.2f %.2f\n", n, us[n / 2], us[n * 9 / 10]);
+  printf("RECOLOUR %zu %.2f %.2f %ld\n", n, us[n / 2], us[n * 9 / 10], maps1 - maps0);
   printf("RESULT recolour %zu\n", n);
   free(buf);
   return 0;
