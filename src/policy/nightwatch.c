@@ -275,6 +275,9 @@ static ca_noinline void* place_rare(int ctx, size_t n, bool zero, ca_mapping_t m
     p = _ca_nw_place_member(ctx, n, zero, m, flavour);
   }
   if (p == NULL && flavour != 0) p = _ca_nw_alloc_mapped(n, zero, flavour, false);
+  /* what it got, said plainly: a restrictive chunk the colour layer could not serve (not ready,
+     or no stock) is ordinary memory */
+  if (m == CA_MAP_RESTRICTIVE && (p == NULL || _ca_flavour_of(p) == 0)) bump(&c->restrictive_ordinary, 1);
   if (m == CA_MAP_RESTRICTIVE && NW.protect && !_ca_protect_armed()) _ca_nw_arm_protection();
   return p;
 }

@@ -50,9 +50,11 @@ typedef struct nw_ctx_s {                     /* NightWatch's view of one contex
   _Atomic(int)      inflight;                 /* its chunks being monitored now */
   _Atomic(int)      decision;                 /* ca_mapping_t */
   bool              group_on;                 /* its chunks below the L2 are being monitored as a group */
-  _Atomic(uint64_t) restrictive;
+  _Atomic(uint64_t) restrictive;              /* chunks it decided restrictive */
   _Atomic(uint64_t) samples;                  /* its small chunks sampled (each ~_ca_sample_period bytes) */
   _Atomic(uint64_t) reserved_ns;              /* expected cost of its chunk or group in flight */
+  _Atomic(uint64_t) restrictive_ordinary;     /* restrictive chunks given ordinary memory (no colours
+                                                 yet, or no stock) */
   /* under NW.lock */
   uint32_t          skip;
   uint8_t           history, nverdicts;

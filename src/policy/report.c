@@ -30,6 +30,7 @@ static void context_json(ca_buf_t* b, int i) {
   ca_buf_str(b, c->nverdicts == 0 ? "unknown" : c->decision == CA_MAP_RESTRICTIVE ? "restrictive" : "open");
   ca_buf_str(b, "\"");
   ca_buf_field_u64(b, "restrictive_chunks", c->restrictive);
+  ca_buf_field_u64(b, "restrictive_ordinary", c->restrictive_ordinary);
   ca_buf_field_u64(b, "pred_hits", c->pred_hits);
   ca_buf_field_u64(b, "pred_misses", c->pred_misses);
   ca_buf_field_u64(b, "skip", c->skip);
@@ -62,11 +63,12 @@ static void timeline_json(ca_buf_t* b) {
 }
 
 void _ca_nw_stats_json(ca_buf_t* b) {
-  uint64_t ph = 0, pm = 0, chunks = 0, restrictive = 0;
+  uint64_t ph = 0, pm = 0, chunks = 0, restrictive = 0, ordinary = 0;
   int n = _ca_nw_contexts();
   for (int i = 0; i < n; i++) {
     ph += NW.ctx[i].pred_hits; pm += NW.ctx[i].pred_misses;
     chunks += NW.ctx[i].chunks; restrictive += NW.ctx[i].restrictive;
+    ordinary += NW.ctx[i].restrictive_ordinary;
   }
   ca_nw_site_stats_t st;
   _ca_nw_sites_stats(&st);
@@ -83,7 +85,8 @@ void _ca_nw_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "reserved_ns", NW.reserved_ns);
   ca_buf_field_u64(b, "run_ns", _ca_clock_ns() - NW.start_ns);
   ca_buf_field_u64(b, "start_monotonic_ns", NW.start_ns);
-  ca_buf_field_u64(b, "restrictive", restrictive);
+  ca_buf_field_u64(b, "restrictive", restrictive);               /* chunks decided restrictive */
+  ca_buf_field_u64(b, "restrictive_ordinary", ordinary);        /* ... given ordinary memory */
   ca_buf_field_u64(b, "switches", NW.switches);
   ca_buf_field_u64(b, "small_period", (uint64_t)_ca_sample_period_bytes());
   uint64_t samples = 0;
