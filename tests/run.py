@@ -2,8 +2,9 @@
 """The test suite's runner (`make test` calls it once the test programs are built).
 
 Every test is one program run with an environment of its own:
-  - HOME, XDG_CACHE_HOME, TMPDIR and CHROMALLOC_PROFILE point into build/tests/work/NAME, so no
-    test reads or writes the user's home, cache directory or machine profile;
+  - HOME, XDG_CACHE_HOME, TMPDIR, CHROMALLOC_PROFILE and CHROMALLOC_SETS point into
+    build/tests/work/NAME, so no test reads or writes the user's home, cache directory, machine
+    profile or set file (nor another test's);
   - CHROMALLOC_MACHINE describes the machine (cachemodel.c): the colour layer then simulates
     that machine's L2 instead of timing this host's, so the outcome of a test never depends on
     this host's timing; a test that measures the real machine belongs to `make check-machine`.
@@ -140,7 +141,7 @@ def environment(t, build):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHROMALLOC_") and k != "LD_PRELOAD"}
     env.update(HOME=os.path.join(work, "home"), XDG_CACHE_HOME=os.path.join(work, "cache"),
                TMPDIR=os.path.join(work, "tmp"), CHROMALLOC_PROFILE=os.path.join(work, "profile.json"),
-               TEST_WORK=work)
+               CHROMALLOC_SETS=os.path.join(work, "sets"), TEST_WORK=work)
     if t.described:
         env["CHROMALLOC_MACHINE"] = t.described
     env.update(t.env)

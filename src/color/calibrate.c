@@ -429,16 +429,20 @@ bool _ca_colour_try_pagemap(ca_probe_t* p, uint32_t ways, uint32_t colours, bool
 /* ---- page sources ---------------------------------------------------------------------------- */
 
 /* Fault in (by writing) the pages no set uses: each gets a frame of its own (a page only read
-   would map the kernel's one zero page). */
+   would map the kernel's one zero page), and bytes of its own. */
 static void touch_free(ca_page_source_t* src) {
+  uint64_t stamp = _ca_clock_ns() ^ (uint64_t)(uintptr_t)src->base;
   for (size_t i = 0; i < src->npages; i++)
-    if (!src->reserved[i]) memset(src->pages[i], 0, 64);
+    if (!src->reserved[i]) {
+      memset(src->pages[i], 0, 64);
+      ((uint64_t*)src->pages[i])[8] = stamp + i;   /* pages alike could be merged into one frame (KSM) */
+    }
   src->trimmed = false;
 }
 
 /* Give back the frames of the pages no set uses, forgetting their colours (touched again they
    are new frames): the source is 16 MiB, the sets of a run keep a few dozen pages of it.  The
-   next discovery faults them in again. */
+   next discovery faults them in again.  A set file's pages become holes in the file. */
 void _ca_page_source_trim(ca_page_source_t* src) {
   size_t run = 0;
   for (size_t i = 0; i <= src->npages; i++) {
@@ -448,36 +452,53 @@ void _ca_page_source_trim(ca_page_source_t* src) {
       run++;
       continue;
     }
-    if (run) _ca_os_purge(src->base + (i - run) * CA_OS_PAGE, run * CA_OS_PAGE);
+    uint8_t* at = src->base + (i - run) * CA_OS_PAGE;
+    if (run && src->fd >= 0) fallocate(src->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                       (off_t)(at - src->base) + (off_t)(src->file_offset), (off_t)(run * CA_OS_PAGE));
+    if (run) _ca_os_purge(at, run * CA_OS_PAGE);
     run = 0;
   }
   src->trimmed = true;
 }
 
-/* npages fresh, faulted-in pages. */
-bool _ca_page_source_init(ca_page_source_t* src, size_t npages) {
-  npages = (npages + 511) & ~(size_t)511;
-  src->base = _ca_os_map_aligned(npages * CA_OS_PAGE, (size_t)1 << 21);
+static bool source_arrays(ca_page_source_t* src, size_t npages) {
   src->pages = _ca_os_map(npages * sizeof(void*));
   src->reserved = _ca_os_map(npages);
   src->colour = _ca_os_map(npages);
   src->tested = _ca_os_map(npages);
   if (!src->base || !src->pages || !src->reserved || !src->colour || !src->tested) return false;
   memset(src->colour, 0xff, npages);
-  _ca_os_thp(src->base, npages * CA_OS_PAGE, getenv("CA_THP") != NULL);
   for (size_t i = 0; i < npages; i++) src->pages[i] = src->base + i * CA_OS_PAGE;
   src->npages = npages;
   touch_free(src);
   return true;
 }
 
+/* npages fresh, faulted-in pages. */
+bool _ca_page_source_init(ca_page_source_t* src, size_t npages) {
+  npages = (npages + 511) & ~(size_t)511;
+  src->fd = -1;
+  src->base = _ca_os_map_aligned(npages * CA_OS_PAGE, (size_t)1 << 21);
+  if (src->base != NULL) _ca_os_thp(src->base, npages * CA_OS_PAGE, getenv("CA_THP") != NULL);
+  return source_arrays(src, npages);
+}
+
+/* The pages of a set file under construction (setfile.c), which stays their owner. */
+bool _ca_page_source_init_file(ca_page_source_t* src, uint8_t* pages, size_t npages, int fd, size_t offset) {
+  src->fd = fd;
+  src->base = pages;
+  src->file_offset = offset;
+  return source_arrays(src, npages);
+}
+
 void _ca_page_source_free(ca_page_source_t* src) {
-  if (src->base) _ca_os_unmap(src->base, src->npages * CA_OS_PAGE);
+  if (src->base && src->fd < 0) _ca_os_unmap(src->base, src->npages * CA_OS_PAGE);
   if (src->pages) _ca_os_unmap(src->pages, src->npages * sizeof(void*));
   if (src->reserved) _ca_os_unmap(src->reserved, src->npages);
   if (src->colour) _ca_os_unmap(src->colour, src->npages);
   if (src->tested) _ca_os_unmap(src->tested, src->npages);
   memset(src, 0, sizeof *src);
+  src->fd = -1;
 }
 
 /* ---- the whole calibration --------------------------------------------------------------- */
@@ -497,30 +518,39 @@ static const ca_cache_level_t* colour_level(void) {
   return best;
 }
 
-/* The machine a profile is for: the CPU's model name, or the description of a described one
-   (a profile of one is never taken for the other). */
-void _ca_read_cpu_model(char* out, size_t len) {
+/* The machine a profile or a set file is for: the CPU's model name, family, model and stepping
+   and the geometry of its L1d and L2 (guests of different CPUs all read "AMD EPYC" here), or
+   the description of a described one. */
+static void cpuinfo_field(const char* info, const char* name, ca_buf_t* b) {
+  const char* m = strstr(info, name);
+  if (!m || !(m = strchr(m, ':'))) return;
+  for (m += 2; *m && *m != '\n'; m++) ca_buf_char(b, *m == '"' ? '\'' : *m);
+}
+
+void _ca_machine_key(char* out, size_t len) {
+  ca_buf_t b = ca_buf(out, len);
   out[0] = 0;
   const char* d = getenv("CHROMALLOC_MACHINE");
   if (_ca_machine.simulated && d != NULL) {
-    ca_buf_t b = ca_buf(out, len);
     ca_buf_str(&b, "described: ");
     for (; *d; d++) ca_buf_char(&b, *d == '"' ? '\'' : *d);
     return;
   }
+  char info[4096];
   int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  char buf[4096];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return;
-  buf[n] = 0;
-  char* m = strstr(buf, "model name");
-  if (!m || !(m = strchr(m, ':'))) return;
-  m += 2;
-  size_t k = 0;
-  while (m[k] && m[k] != '\n' && k + 1 < len) { out[k] = m[k] == '"' ? '\'' : m[k]; k++; }
-  out[k] = 0;
+  ssize_t n = fd >= 0 ? read(fd, info, sizeof info - 1) : -1;
+  if (fd >= 0) close(fd);
+  info[n > 0 ? n : 0] = 0;
+  cpuinfo_field(info, "model name", &b);
+  ca_buf_str(&b, "; family "); cpuinfo_field(info, "cpu family", &b);
+  ca_buf_str(&b, " model "); cpuinfo_field(info, "\nmodel\t", &b);
+  ca_buf_str(&b, " stepping "); cpuinfo_field(info, "stepping", &b);
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++) {
+    const ca_cache_level_t* l = &_ca_machine.levels[i];
+    if (l->level > 2) continue;
+    ca_buf_str(&b, "; L"); ca_buf_u64(&b, l->level); ca_buf_char(&b, ' ');
+    ca_buf_u64(&b, l->size >> 10); ca_buf_str(&b, "K/"); ca_buf_u64(&b, l->ways);
+  }
 }
 
 /* median microseconds to classify `count` pages of src against `mask`; *hits = pages claimed */
@@ -575,7 +605,7 @@ static double agreement(ca_probe_t* p, const ca_colour_map_t* a, const ca_colour
 bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
   memset(cal, 0, sizeof *cal);
   uint64_t start = _ca_clock_ns();
-  _ca_read_cpu_model(cal->cpu, sizeof cal->cpu);
+  _ca_machine_key(cal->cpu, sizeof cal->cpu);
   const ca_cache_level_t* lv = colour_level();
   ca_buf_t why = ca_buf(cal->reason, sizeof cal->reason);
   if (lv == NULL) { ca_buf_str(&why, "no private cache level beyond L1 is described by sysfs or cpuid"); return false; }

@@ -50,6 +50,7 @@ typedef enum ca_colour_option_e {
   CA_COPT_WORKER,         /* % of a CPU the colour worker may take once ready */
   CA_COPT_AUDIT,          /* small slices' pools judged by what their pages do to one another */
   CA_COPT_MOVES,          /* 0 = UFFDIO_MOVE where the kernel offers it, 1 = mremap only */
+  CA_COPT_SHARE,          /* eviction sets shared with the user's other processes (setfile.c) */
   CA_COPT_COUNT
 } ca_colour_option_t;
 extern long _ca_colour_options[CA_COPT_COUNT];
@@ -89,6 +90,10 @@ struct ca_probe_s {
      what an eviction-set search asks (evset.c), so that pages sharing only part of r's sets do
      not add up to an eviction */
   bool (*evicts_clearly)(ca_probe_t* p, void* r, void* const* pages, size_t n);
+  /* optional: r's chase after the group, in % of a quiet chase (the median of `reps` tests), for
+     callers that place their own thresholds (stocking, stock.c); without it they ask the
+     questions above */
+  uint32_t (*ratio)(ca_probe_t* p, void* r, void* const* pages, size_t n, int reps);
 };
 
 /* The timing probe of this machine (probe.c). */
@@ -105,6 +110,8 @@ typedef struct ca_timing_probe_s {
   uint32_t   clear_pct;       /* evicted clearly: 4/5 of the way up to the sets' or the stream's
                                  effect, at most CA_CLEAR_MARGIN above ratio_pct */
   uint32_t   last_ticks, last_quiet;   /* medians of the last test (diagnostics) */
+  uint64_t   quiet_at;        /* ratio(): when the quiet chase was last measured (ticks), */
+  uint32_t   quiet_median;    /* ... what it read */
   /* pages of random colours: touching them pushes R out of L1 (more of them than L1 has ways)
      but leaves it in the level, so a quiet chase is a chase from the level */
   void*      quiet[CA_QUIET_MAX];
@@ -157,6 +164,8 @@ typedef struct ca_page_source_s {
   uint8_t* tested;
   size_t   npages;
   bool     trimmed;                            /* free pages given back (_ca_page_source_trim) */
+  int      fd;                                 /* >= 0: pages of a set file (owned by it), */
+  size_t   file_offset;                        /* ... starting at this offset in it */
 } ca_page_source_t;
 
 typedef struct ca_discovery_stats_s {
@@ -165,6 +174,7 @@ typedef struct ca_discovery_stats_s {
 } ca_discovery_stats_t;
 
 bool     _ca_page_source_init(ca_page_source_t* src, size_t npages);
+bool     _ca_page_source_init_file(ca_page_source_t* src, uint8_t* pages, size_t npages, int fd, size_t offset);
 void     _ca_page_source_free(ca_page_source_t* src);
 void     _ca_page_source_trim(ca_page_source_t* src);
 int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
@@ -206,7 +216,8 @@ typedef struct ca_page_pool_s {
 } ca_page_pool_t;
 
 bool     _ca_pool_init(void);
-uint8_t* _ca_pool_supply(size_t npages);
+uint8_t* _ca_pool_supply(size_t npages, bool* fresh);
+void     _ca_pool_purge(void* const* pages, size_t n);      /* in address order */
 bool     _ca_pool_push(ca_page_pool_t* p, void* page);
 void*    _ca_pool_slot(void);
 void     _ca_pool_unslot(void* slot);
@@ -304,17 +315,40 @@ typedef struct ca_calibration_s {
   double   seconds;                       /* the whole calibration */
   bool     usable;                        /* colours can be controlled here */
   char     reason[160];                   /* why not, when not */
-  char     cpu[96];                       /* /proc/cpuinfo model name: the profile's machine */
+  char     cpu[192];                      /* the profile's machine (_ca_machine_key) */
 } ca_calibration_t;
 
 bool _ca_calibrate(ca_calibration_t* cal, bool quick);
-void _ca_read_cpu_model(char* out, size_t len);
+/* the machine a profile or a set file is for: CPU model, family, model, stepping and cache
+   geometry (a described machine: its description) */
+void _ca_machine_key(char* out, size_t len);
 bool _ca_profile_path(char* out, size_t len);
 bool _ca_profile_save(const ca_calibration_t* cal, const char* path);
 bool _ca_profile_load(ca_calibration_t* cal);
 void _ca_calibration_json(const ca_calibration_t* cal, ca_buf_t* b);
 bool _ca_calibration_parse(ca_calibration_t* cal, const char* json);
 void _ca_calibration_summary(const ca_calibration_t* cal, ca_buf_t* b);
+
+/* ---- the shared set file (setfile.c) ----------------------------------------------------- */
+typedef struct ca_setfile_s {
+  int      fd;                                 /* -1: none */
+  uint8_t* base;                               /* the whole file, mapped shared */
+  size_t   len;
+  uint8_t* pages;                              /* its pages after the header */
+  size_t   npages;
+  bool     built;                              /* made by this process (else loaded) */
+  bool     published;                          /* named in the file system */
+  uint32_t hint_ratio_pct, hint_passes;        /* what its sets read when they were found */
+} ca_setfile_t;
+
+bool _ca_setfile_path(char* out, size_t len);
+bool _ca_setfile_create(ca_setfile_t* f, size_t npages);
+bool _ca_setfile_publish(ca_setfile_t* f, const ca_colour_map_t* map, uint32_t colours, const ca_timing_probe_t* tp);
+bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours);
+void _ca_setfile_close(ca_setfile_t* f);
+void _ca_setfile_remove(void);
+bool _ca_setfile_test_spoil(void);             /* test builds only (CA_TEST_HOOKS) */
+void _ca_sim_file_frames(void* pages, size_t npages, uint64_t file);   /* simcache.c */
 
 #pragma GCC visibility pop
 

@@ -41,7 +41,12 @@ typedef struct ca_colour_layer_s {
   bool              cal_from_profile;
   ca_timing_probe_t probe;
   ca_colour_map_t   map;
-  ca_page_source_t  src;         /* pages for eviction sets and references */
+  ca_page_source_t  src;         /* pages for eviction sets and references (none: the map's
+                                    sets are the set file's) */
+  ca_setfile_t      file;        /* the set file the map's sets live in (loaded, or ours) */
+  uint32_t          sets_origin; /* SETS_NONE, SETS_FILE (loaded), SETS_BUILT (found here) */
+  uint32_t          file_checks, file_stale;   /* set files checked; found not to hold */
+  uint32_t          published;   /* set files this process wrote */
   pthread_t         worker;
   bool              worker_running;
   int               worker_cpu;  /* where it measures (-1: not yet) */
@@ -52,27 +57,35 @@ typedef struct ca_colour_layer_s {
   pthread_mutex_t   wake_lock;
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped, backoffs;
+  uint64_t          undecided;       /* pages the slice test could not tell (partly evicted) */
   uint64_t          frames_kept;     /* recoloured pages' old frames pooled (protection's moves) */
   uint64_t          audit_judged, audit_invalid, audit_strays;   /* the slice audit's groups */
   uint64_t          audit_pages, audit_turned_away;   /* pages it was asked about, */
   uint64_t          audit_loud, audit_loud_pages;     /* ... judgements and pages put off by controls */
-  uint64_t          quiet_ns, classify_ns, held_ns;
-  uint64_t          unquiet_batches;  /* classified after waiting in vain for a quiet window */
+  uint64_t          quiet_ns, classify_ns;
+  uint64_t          unquiet_batches;  /* classified after waiting in vain for controls that pass */
   uint64_t          recolours, recolour_ns;
   uint64_t          start_ns, probe_ns, discover_ns, estimate_ns, ready_ns;  /* start-up phases */
-  uint64_t          pace_from_ns, pace_cpu_ns;  /* when this process's worker was first ready, and
-                                        its CPU time then (0: not yet; reset in a fork child) */
+  uint64_t          stocked_ns;      /* from start_ns until every set first had its stock (0: not yet) */
+  uint64_t          born_ns;         /* the process started (the layer's init) */
+  uint64_t          asked_ns;        /* when the first set was registered, since then */
+  uint64_t          start_cpu_ns;    /* the worker's CPU time when the sets were ready, */
+  uint64_t          stocked_cpu_ns;  /* ... and when the first stock was in */
+  uint64_t          pace_from_ns, pace_cpu_ns;  /* when the worker's pace began, and its CPU time
+                                        then (0: not yet; reset in a fork child) */
+  uint64_t          pace_program_ns; /* ... and the program's CPU time then */
   uint64_t          paced_ns;        /* the worker's sleeps to keep within colour_worker */
+  bool              niced;           /* the worker runs at nice 19 (after its start) */
   _Atomic(uint32_t) preparing;       /* threads in chromalloc_colours_prepare */
   uint32_t          estimated, estimate_chunks;  /* the colour count the pages gave; chunks used */
   uint32_t          probe_remeasured;            /* the probe measured again for a second estimate */
   ca_discovery_stats_t disc;         /* eviction-set searches, all of them */
   uint64_t          suspicions;      /* stretches judged bad (the second in a row drops the sets), */
-  uint64_t          suspected_by[3]; /* ... by the judgement that said so: claims, starved, audit */
-  uint64_t          claims_short;    /* stretches of few claims that pages the sets stocked explained */
+  uint64_t          suspected_by[3]; /* ... by the judgement that said so: controls, starved, audit */
   bool              suspected;       /* the last judgement was bad */
-  uint32_t          top_ratio_pct;   /* the clearest the sets have evicted (quiet_window), */
-  uint32_t          best_ratio_pct;  /* ... and the clearest but that one reading */
+  uint32_t          effect_pct;      /* what the sets read on their references now (controls), */
+  uint32_t          effect_ring[8];  /* ... the median of the last eight readings */
+  uint32_t          effect_next;
   uint32_t          start_failures;  /* starts that failed for the moment (retry_later), in all */
   uint32_t          failures_in_row; /* ... since the layer was last ready */
   uint32_t          retry_ms;        /* the first wait before starting again (doubles) */
@@ -115,6 +128,17 @@ extern ca_kept_t _ca_cs_kept;
 #define CA_DROP_PENDING()     false
 #endif
 
+/* What a stretch of stocking is for: the sets short of stock, the colours their pages are
+   tested against, and whether a set takes pages of those colours or of none of them. */
+typedef struct ca_plan_s {
+  uint32_t n;
+  uint8_t  id[CA_COLOUR_SETS];
+  uint64_t mask[CA_COLOUR_SETS];
+  bool     in[CA_COLOUR_SETS];
+} ca_plan_t;
+
+enum { SETS_NONE, SETS_FILE, SETS_BUILT };
+
 /* sets.c */
 void     _ca_cs_set_state(int s, const char* why);
 /* start.c */
@@ -122,21 +146,22 @@ bool     _ca_cs_start(uint64_t* rng);
 bool     _ca_cs_retry_later(const char* why);
 void     _ca_cs_forget_sets(void);
 void     _ca_cs_drop_sets(void);
+void     _ca_cs_build_sets(uint32_t need, uint64_t* rng);   /* until `need` colours have sets */
 /* stock.c */
 uint32_t _ca_cs_audit_need(const ca_colour_set_t* s);
 uint32_t _ca_cs_colours_needed(void);
 bool     _ca_cs_quiet_window(void);
-bool     _ca_cs_sets_held(void);
-bool     _ca_cs_route(void* page, int c);
+uint64_t _ca_cs_known_colours(void);
+int      _ca_cs_member(void* page, uint64_t mask);           /* the slice test: 1, 0, -1 */
+void     _ca_cs_plan(ca_plan_t* plan, uint32_t gen);
+int      _ca_cs_classify(void* page, const ca_plan_t* plan, int* colour);
+bool     _ca_cs_controls(uint64_t mask, uint32_t turn);
+bool     _ca_cs_take(int id, void* page);
 bool     _ca_cs_pools_short(uint32_t gen);
 bool     _ca_cs_replan(uint32_t gen);
-int      _ca_cs_excluded(void* page, uint64_t excl);
-uint64_t _ca_cs_known_colours(void);
-uint64_t _ca_cs_sets_mask(bool excluded_only);
 int      _ca_cs_audited(void* page, int c);
 bool     _ca_cs_audit_groups(uint64_t* rng);
 void     _ca_cs_verify_sample(uint64_t* rng);
-bool     _ca_cs_sets_claim_stock(uint64_t* rng);
 void     _ca_cs_test_kept(void);
 /* worker.c */
 void*    _ca_cs_worker_main(void* arg);

@@ -1,8 +1,8 @@
 /* Page pools: pages whose colour is known, waiting to back a span.
 
-   Fresh pages come from supply chunks (2 MiB mappings, no huge pages, faulted in).  The worker
-   classifies them and pushes each onto the pool of every colour set it belongs to; a page no
-   set wants is given back to the OS right away (MADV_DONTNEED: its frame was never needed).
+   Fresh pages come from supply chunks (2 MiB mappings, faulted in: one huge page each where
+   that lets the frames no set wants go back at once, below).  The worker classifies them and
+   pushes each onto the pool of the colour set it belongs to.
 
    A span of a colour set is filled by moving pool pages into its address range (move.c), which
    keeps the physical frame (and so the colour).  When the span is freed its pages move back
@@ -17,6 +17,7 @@
 #include "colour.h"
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -90,13 +91,64 @@ bool _ca_pool_init(void) {
 /* n more pages moved would pass the cap on mappings (mremap moves only) */
 bool _ca_pool_moves_capped(size_t n) { return !_ca_move_uffd() && moved_pages + n > moved_limit; }
 
-/* A supply chunk of fresh pages, faulted in: (base, npages). */
-uint8_t* _ca_pool_supply(size_t npages) {
-  uint8_t* base = _ca_os_map(npages * CA_OS_PAGE);
+/* Transparent huge pages on request (sysfs says "always" or "madvise"). */
+static bool thp_offered(void) {
+  static int offered = -1;
+  if (offered < 0) {
+    char buf[128];
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    offered = n > 0 && strstr(buf, "[never]") == NULL;
+  }
+  return offered;
+}
+
+/* A supply chunk of fresh pages, faulted in: (base, npages).  `*fresh`: the chunk is one huge
+   page, its frames a 2 MiB block of frames the kernel had not just taken back, so those no set
+   takes can go back with the chunk at once (_ca_pool_release) and will not come back in the
+   next one.  Pages of 4 KiB come from the frames given back last first (447 of 512 in the next
+   chunk here), so those are held until a round ends (worker.c).  A huge page is used only where
+   pages move by UFFDIO_MOVE: the pages pooled are moved out of the chunk, which splits it, and
+   the rest is then freed whole (an mremap leaves the huge page in one piece, and its pages
+   unmapped stay allocated until memory runs short: 128 MiB held for 16 MiB pooled here). */
+uint8_t* _ca_pool_supply(size_t npages, bool* fresh) {
+  size_t len = npages * CA_OS_PAGE, huge = (size_t)1 << 21;
+  *fresh = len % huge == 0 && _ca_move_uffd() && thp_offered() && !_ca_machine.simulated;
+  uint8_t* base = *fresh ? _ca_os_map_aligned(len, huge) : _ca_os_map(len);
   if (base == NULL) return NULL;
-  _ca_os_thp(base, npages * CA_OS_PAGE, false);
+  _ca_os_thp(base, len, *fresh);
   for (size_t i = 0; i < npages; i++) base[i * CA_OS_PAGE] = 0;
   return base;
+}
+
+/* Give back pages[0..n) (MADV_DONTNEED), a run of adjacent pages at a time, all runs in one
+   process_madvise where the kernel batches them (one TLB shootdown: with a thread of the
+   program on the other CPU, 64 runs took 0.15 ms so and 0.8-1 ms by madvise, each call
+   interrupting that CPU).  The pages are in address order. */
+void _ca_pool_purge(void* const* pages, size_t n) {
+  static int pidfd = -1, pid;
+  enum { BATCH_IOV = 256 };
+  struct iovec iov[BATCH_IOV];
+  size_t k = 0;
+  if (pid != getpid()) {                           /* a forked child has a pidfd of its own */
+    if (pidfd >= 0) close(pidfd);
+    pid = getpid();
+    pidfd = (int)_ca_syscall6(SYS_pidfd_open, pid, 0, 0, 0, 0, 0);
+  }
+  for (size_t i = 0, len; i <= n; i += len) {
+    if (i < n) {
+      uint8_t* start = pages[i];
+      for (len = 1; i + len < n && pages[i + len] == start + len * CA_OS_PAGE; len++) {}
+      iov[k++] = (struct iovec){ start, len * CA_OS_PAGE };
+    } else len = 1;
+    if (k == BATCH_IOV || (i >= n && k > 0)) {
+      long r = pidfd >= 0 ? _ca_syscall6(SYS_process_madvise, pidfd, (long)iov, (long)k, MADV_DONTNEED, 0, 0) : -1;
+      if (r < 0) for (size_t j = 0; j < k; j++) _ca_os_purge(iov[j].iov_base, iov[j].iov_len);
+      k = 0;
+    }
+  }
 }
 
 /* Fill [base, base + bytes) with pages from pool: all of them or none.  Called with the

@@ -2,7 +2,10 @@
 
    R holds a dependent chase through its 64 lines in a fixed random order (a single timed load
    reads 80 ticks from L2 and 110 from L3 here, too close for rdtscp's 26-tick steps; 64 chained
-   loads read ~450-650 ticks from L2 and 1300-2000 after an eviction set).  One test: chase R
+   loads read ~450-650 ticks from L2 and 1300-2000 after an eviction set).  Each line holds the
+   distance to the next, not its address, and the order is the same in every process: a page
+   of the shared set file (setfile.c), mapped at different addresses, is then a reference for
+   all of them without being written again.  One test: chase R
    twice (R in L1/L2 and its translation in the TLB), read every line of every page of the group
    `passes` times, time a third chase; the median of `reps` tests, divided by the same median
    after touching quiet pages instead, is compared with a ratio (the rule, below).  A stricter
@@ -50,12 +53,12 @@ double _ca_ticks_per_us(void) {
    Zen 5 L2); the same build with the loops aligned, 16 of 16 (docs/colours.md).  The loop ran
    no slower (16-512 pages, same median); why the placement matters is not known. */
 static void* chase(void* r) {
-  void* p = (uint8_t*)r + line_order[0] * 64;
+  uint8_t* p = (uint8_t*)r + line_order[0] * 64;
 #if defined(__x86_64__)
   long n = LINES_PER_PAGE;
-  __asm__ volatile(".p2align 6\n1:\tmov (%0), %0\n\tdec %1\n\tjnz 1b" : "+r"(p), "+r"(n) : : "memory");
+  __asm__ volatile(".p2align 6\n1:\tadd (%0), %0\n\tdec %1\n\tjnz 1b" : "+r"(p), "+r"(n) : : "memory");
 #else
-  for (int i = 0; i < LINES_PER_PAGE; i++) p = *(void* volatile*)p;
+  for (int i = 0; i < LINES_PER_PAGE; i++) p += *(volatile int64_t*)p;
 #endif
   return p;
 }
@@ -81,9 +84,9 @@ static void timing_prepare(ca_probe_t* p, void* r) {
      CPU's cache, which then reads as an eviction there (every page of the 7/8 pool read as of
      the first eighth while the worker stocked) */
   for (int i = 0; i < LINES_PER_PAGE; i++) {
-    void** slot = (void**)(b + line_order[i] * 64);
-    void* next = b + line_order[(i + 1) % LINES_PER_PAGE] * 64;
-    if (*slot != next) *slot = next;
+    int64_t* slot = (int64_t*)(b + line_order[i] * 64);
+    int64_t step = ((int64_t)line_order[(i + 1) % LINES_PER_PAGE] - line_order[i]) * 64;
+    if (*slot != step) *slot = step;
   }
 }
 
@@ -122,6 +125,24 @@ static bool evicts_above(ca_timing_probe_t* tp, void* r, void* const* pages, siz
   tp->last_ticks = g;
   tp->last_quiet = q;
   return (uint64_t)g * 100 > (uint64_t)q * pct;
+}
+
+/* The ratio alone, for callers with thresholds of their own.  The quiet chase is measured again
+   when its last reading is more than QUIET_FRESH_US old: it is two thirds of a test's reads, and
+   it moves with the core's clock over milliseconds, not microseconds. */
+#define QUIET_FRESH_US 200
+static uint32_t timing_ratio(ca_probe_t* p, void* r, void* const* pages, size_t n, int reps) {
+  ca_timing_probe_t* tp = (ca_timing_probe_t*)p;
+  tp->base.tests++;
+  uint32_t g = evict_ticks(tp, r, pages, n, reps);
+  uint64_t now = _ca_ticks();
+  if (tp->quiet_at == 0 || now - tp->quiet_at > (uint64_t)(_ca_ticks_per_us() * QUIET_FRESH_US)) {
+    tp->quiet_median = evict_ticks(tp, r, tp->quiet, (size_t)tp->nquiet, 5);
+    tp->quiet_at = _ca_ticks();
+  }
+  tp->last_ticks = g;
+  tp->last_quiet = tp->quiet_median;
+  return tp->quiet_median ? (uint32_t)((uint64_t)g * 100 / tp->quiet_median) : 0;
 }
 
 static bool timing_evicts(ca_probe_t* p, void* r, void* const* pages, size_t n) {
@@ -237,7 +258,7 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
   (void)tp; (void)level_bytes; (void)l1_ways;
   return false;
 #else
-  uint64_t rng = 0x9E3779B97F4A7C15ull ^ _ca_clock_ns();
+  uint64_t rng = 0x9E3779B97F4A7C15ull;                 /* the same order in every process */
   for (int i = 0; i < LINES_PER_PAGE; i++) line_order[i] = (uint8_t)i;
   for (int i = LINES_PER_PAGE - 1; i > 0; i--) {
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -249,6 +270,8 @@ bool _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l
   tp->base.recalibrate = timing_recalibrate;
   tp->base.evicts_fully = timing_evicts_fully;
   tp->base.evicts_clearly = timing_evicts_clearly;
+  tp->base.ratio = timing_ratio;
+  tp->quiet_at = 0;
   tp->base.tests = 0;
   tp->reps = 7;
   tp->passes = 4;              /* until the first sets show how many reads evict (choose_passes) */

@@ -167,7 +167,7 @@ bool _ca_profile_save(const ca_calibration_t* c, const char* path) {
 
 /* The saved profile for this CPU, if any. */
 bool _ca_profile_load(ca_calibration_t* c) {
-  char path[512], text[4096], cpu[96];
+  char path[512], text[4096], cpu[sizeof c->cpu];
   if (!_ca_profile_path(path, sizeof path)) return false;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -176,7 +176,7 @@ bool _ca_profile_load(ca_calibration_t* c) {
   if (n <= 0) return false;
   text[n] = 0;
   if (!_ca_calibration_parse(c, text)) return false;
-  _ca_read_cpu_model(cpu, sizeof cpu);
+  _ca_machine_key(cpu, sizeof cpu);
   return strcmp(cpu, c->cpu) == 0;
 }
 

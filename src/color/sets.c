@@ -83,7 +83,9 @@ void _ca_colour_fork_child(void) {
   _ca_move_fork_child();
   for (int i = 1; i <= CA_COLOUR_SETS; i++) L.sets[i].pool.count = 0;
   L.worker_running = false;
-  L.pace_from_ns = L.pace_cpu_ns = 0;           /* a new worker, on its own clock */
+  L.pace_from_ns = L.pace_cpu_ns = L.pace_program_ns = 0;   /* a new worker, on its own clock, */
+  L.stocked_ns = L.stocked_cpu_ns = 0;          /* ... stocking the child's pools afresh */
+  L.niced = false;
   atomic_store(&L.preparing, 0);                /* the threads waiting there are the parent's */
   _ca_protect_fork_child();
   if (atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY)
@@ -175,6 +177,7 @@ int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
     static bool once;
     if (!once) { once = true; _ca_pool_init(); install_hooks(); }
     int st = 0;
+    if (L.asked_ns == 0) L.asked_ns = _ca_clock_ns() - L.born_ns;
     atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
     pthread_attr_t a;
     pthread_attr_init(&a);

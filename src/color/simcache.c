@@ -90,6 +90,21 @@ void _ca_sim_moved(const void* from, const void* to, size_t n) {
   _ca_unlock(&S.lock);
 }
 
+/* The pages of a shared file (the set file) have the same frames in every process that maps
+   it: named by the file, far from any frame an address names. */
+void _ca_sim_file_frames(void* pages, size_t npages, uint64_t file) {
+  if (!_ca_machine.simulated) return;
+  _ca_lock(&S.lock);
+  for (size_t i = 0; i < npages; i++) {
+    uintptr_t page = (uintptr_t)pages + i * CA_OS_PAGE;
+    erase(page);
+    if ((S.used + 1) * 2 > S.cap && !grow()) break;
+    put(S.slot, S.cap, page, ((uintptr_t)1 << 60) | (uintptr_t)(file << 24) | i);
+    S.used++;
+  }
+  _ca_unlock(&S.lock);
+}
+
 static uint32_t colour(uintptr_t frame) {
   uint64_t x = frame;
   if (_ca_machine.hashed) { x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; }
@@ -120,6 +135,12 @@ static bool sim_evicts(ca_probe_t* p, void* r, void* const* pages, size_t n) {
 
 static void sim_prepare(ca_probe_t* p, void* r) { (void)p; (void)r; }
 
+/* what an eviction set reads on a quiet host, or nothing */
+static uint32_t sim_ratio(ca_probe_t* p, void* r, void* const* pages, size_t n, int reps) {
+  (void)reps;
+  return sim_evicts(p, r, pages, n) ? 300 : 100;
+}
+
 /* The sets always evict clearly: every moment is a quiet one. */
 static void sim_recalibrate(ca_probe_t* p, void* const* refs, void* const (*sets)[CA_WAYS_MAX], size_t n, size_t ways) {
   (void)refs; (void)sets; (void)n; (void)ways;
@@ -138,6 +159,7 @@ bool _ca_probe_sim_init(ca_timing_probe_t* tp) {
   tp->base.evicts = tp->base.evicts_fully = tp->base.evicts_clearly = sim_evicts;
   tp->base.prepare = sim_prepare;
   tp->base.recalibrate = sim_recalibrate;
+  tp->base.ratio = sim_ratio;
   tp->reps = tp->passes = 1;
   tp->hit_ticks = 100;
   tp->miss_ticks = 300;

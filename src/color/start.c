@@ -1,9 +1,12 @@
-/* The worker's start: the machine profile, or else the colour count estimated from pages and
-   the first eviction sets; a start that fails for the moment (a loud host) is made again after
-   a wait that doubles, and the layer is unavailable after CA_COLOUR_START_TRIES in a row. */
+/* The worker's start: the eviction sets of the shared set file when it holds, else sets built
+   here (and published for the user's other processes), with the colour count from the machine
+   profile, or else estimated from pages and the first sets; a start that fails for the moment
+   (a loud host) is made again after a wait that doubles, and the layer is unavailable after
+   CA_COLOUR_START_TRIES in a row. */
 #define _GNU_SOURCE
 #include "layer.h"
 #include <time.h>
+#include <unistd.h>
 
 static uint32_t round_colours(uint32_t n) {
   uint32_t c = 1;
@@ -16,7 +19,7 @@ static uint32_t round_colours(uint32_t n) {
 void _ca_cs_forget_sets(void) {
   _ca_lock(&L.lock);
   L.map.ncolours = 0;
-  L.top_ratio_pct = L.best_ratio_pct = 0;
+  L.effect_pct = L.effect_next = 0;
   _ca_unlock(&L.lock);
   if (L.src.npages) {
     memset(L.src.colour, -1, L.src.npages);
@@ -24,7 +27,20 @@ void _ca_cs_forget_sets(void) {
   }
 }
 
+/* Dropped sets are left where they are (pages of the set file or of the process's source):
+   another thread may be reading them (chromalloc_colour_of), and a drop is rare.  The next sets
+   are built in a new source. */
+static void abandon_sources(void) {
+  if (L.file.fd >= 0) close(L.file.fd);
+  memset(&L.file, 0, sizeof L.file);
+  L.file.fd = -1;
+  memset(&L.src, 0, sizeof L.src);
+  L.src.fd = -1;
+  L.sets_origin = SETS_NONE;
+}
+
 void _ca_cs_drop_sets(void) {
+  abandon_sources();
   _ca_lock(&L.lock);
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {
     for (void* page; (page = _ca_pool_pop(&L.sets[i].pool)) != NULL;) _ca_pool_drop(page);
@@ -67,7 +83,8 @@ static uint32_t estimate_colours_from_pages(uint32_t expected) {
   int k = 0;
   ca_ask_t ask = L.probe.base.search_plainly ? CA_ASK_PLAIN : CA_ASK_CLEARLY;
   for (; n > 0 && k < SAMPLES && (estimate != expected || k == 0); k++) {
-    if ((chunk[k] = _ca_pool_supply(SAMPLE)) == NULL) break;
+    bool fresh;
+    if ((chunk[k] = _ca_pool_supply(SAMPLE, &fresh)) == NULL) break;
     for (size_t i = 0; i < SAMPLE; i++) {
       int c = _ca_colour_classify_n(&L.probe.base, &L.map, chunk[k] + i * CA_OS_PAGE, ~(uint64_t)0, 3, 2, ask);
       if (c >= 0) claims[c]++;
@@ -126,6 +143,98 @@ static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t
   return n < 2 ? 0 : n > c ? n : c;
 }
 
+/* ---- where the sets come from ---------------------------------------------------------------- */
+
+/* Do the first n sets of the map (the set file's) hold?  What the first sets do to their
+   references places the rule (a moment too loud to show an eviction is waited out, a second at
+   most); then each set must evict its reference and not another colour's (the batch controls
+   asked of one colour, twice at most). */
+static bool file_sets_hold(uint32_t n) {
+  ca_probe_t* p = &L.probe.base;
+  uint32_t k = n < 3 ? n : 3;
+  for (int tries = 0; tries < 10; tries++) {
+    if (tries > 0) { struct timespec t = { 0, 100000000 }; nanosleep(&t, NULL); }
+    p->recalibrate(p, (void* const*)L.map.ref, (void* const (*)[CA_WAYS_MAX])L.map.set, k, L.map.ways);
+    if (L.probe.set_ratio_pct >= 140) break;
+  }
+  if (L.probe.set_ratio_pct < 140) return false;
+  for (uint32_t c = 0; c < n; c++)
+    if (!_ca_cs_controls((uint64_t)1 << c, c) && !_ca_cs_controls((uint64_t)1 << c, c + 1)) return false;
+  return true;
+}
+
+/* The set file's sets, when the file holds the colours the registered sets need (at least two)
+   and they check out: then they are the map.  The file's colour count is the process's: every
+   process that loads it names the colours alike. */
+static bool load_setfile(void) {
+  ca_colour_map_t m;
+  uint32_t colours;
+  if (!_ca_setfile_open(&L.file, &m, &colours)) return false;
+  L.file_checks++;
+  uint32_t was_colours = L.cal.colours;
+  _ca_lock(&L.lock);
+  L.map = m;
+  L.cal.colours = colours;
+  L.cal.ways = m.ways;
+  uint32_t need = _ca_cs_colours_needed();
+  _ca_unlock(&L.lock);
+  if (need < 2) need = 2;
+  if (L.file.hint_passes && !L.probe.passes_chosen) {   /* how often a test reads a group, as found */
+    L.probe.passes = (int)L.file.hint_passes;
+    L.probe.passes_chosen = true;
+  }
+  /* a check can fail in a loud moment: building sets anew costs far more than two more looks */
+  bool enough = need <= m.ncolours, hold = false;
+  for (int look = 0; look < 3 && enough && !hold; look++) {
+    if (look > 0) { struct timespec t = { 0, 200000000 }; nanosleep(&t, NULL); }
+    hold = file_sets_hold(need);
+  }
+  if (hold) {
+    L.sets_origin = SETS_FILE;
+    L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
+    return true;
+  }
+  L.file_stale += enough;
+  _ca_lock(&L.lock);
+  L.map.ncolours = 0;
+  L.cal.colours = was_colours;
+  _ca_unlock(&L.lock);
+  _ca_setfile_close(&L.file);
+  return false;
+}
+
+/* Pages to build sets from: those of a new set file, when no set is known yet and sharing is
+   on, else the process's own.  False: no memory. */
+static bool build_source(void) {
+  if (L.src.npages) return true;
+  L.src.fd = -1;
+  if (L.map.ncolours == 0 && _ca_setfile_create(&L.file, 4096) &&
+      _ca_page_source_init_file(&L.src, L.file.pages, L.file.npages, L.file.fd, (size_t)(L.file.pages - L.file.base)))
+    return true;
+  if (L.file.built) _ca_setfile_close(&L.file);
+  return _ca_page_source_init(&L.src, 4096);
+}
+
+/* The sets built here go to the set file for the user's other processes (when they are the
+   file's pages: sets added to a loaded file's stay this process's). */
+static void publish(void) {
+  if (L.src.fd >= 0 && L.file.built && L.map.ncolours >= 2 &&
+      _ca_setfile_publish(&L.file, &L.map, L.cal.colours, &L.probe))
+    L.published++;
+}
+
+void _ca_cs_build_sets(uint32_t need, uint64_t* rng) {
+  if (!build_source()) return;
+  uint32_t had = L.map.ncolours;
+  for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
+    _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, rng, &L.disc);
+  if (L.map.ncolours > had) {
+    if (L.sets_origin == SETS_NONE) L.sets_origin = SETS_BUILT;
+    publish();
+  }
+  if (!L.src.trimmed) _ca_page_source_trim(&L.src);   /* 16 MiB of calibration pages */
+}
+
 enum { START_OK, START_RETRY, START_NEVER };
 
 /* START_RETRY: the measurement failed for the moment (why says how); START_NEVER: the layer
@@ -166,8 +275,12 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
   }
   L.probe_ns = _ca_clock_ns() - t0;
   if (!probe) { *why = "timing cannot tell the L2 from what lies beyond it"; return START_RETRY; }
-  if (!_ca_page_source_init(&L.src, 4096)) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
   L.map.ways = L.cal.ways;
+  t0 = _ca_clock_ns();
+  bool loaded = load_setfile();
+  L.discover_ns = _ca_clock_ns() - t0;
+  if (loaded) return START_OK;
+  if (!build_source()) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
   if (!L.cal_from_profile) {
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
     t0 = _ca_clock_ns();
@@ -181,6 +294,8 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
        (1 pv packets process in 20, its spans ordinary) */
     if (L.cal.colours < 2 || L.cal.colours < L.map.ncolours) { *why = "could not measure the colours of the L2"; return START_RETRY; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
+    L.sets_origin = SETS_BUILT;
+    publish();
   }
   return START_OK;
 }
@@ -214,6 +329,8 @@ bool _ca_cs_start(uint64_t* rng) {
     if (r != START_RETRY) return r == START_OK;
     _ca_cs_forget_sets();
     _ca_page_source_free(&L.src);
+    _ca_setfile_close(&L.file);
+    L.sets_origin = SETS_NONE;
     if (!_ca_cs_retry_later(why)) return false;
   }
 }

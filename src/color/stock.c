@@ -1,8 +1,8 @@
 /* What the worker decides page by page while it stocks: the colours the sets need, whether a
-   moment is quiet enough to trust a test, where a classified page goes, the slice audit's
-   verdicts, the pools' re-tests, and the kept frames protection hands back.  A set covering more
-   than half of the colours is classified by elimination: a page belongs when none of the other
-   colours claims it. */
+   fresh page belongs to a set (the slice test, below), whether a batch's verdicts can be trusted
+   (its controls), the slice audit's verdicts, the pools' re-tests, and the kept frames
+   protection hands back.  A set covering more than half of the colours is classified by
+   elimination: a page belongs when it is of none of the other colours. */
 #define _GNU_SOURCE
 #include "layer.h"
 
@@ -40,72 +40,14 @@ uint32_t _ca_cs_colours_needed(void) {
   return need;
 }
 
-/* Is now a moment when classification can be trusted?  Re-places the threshold on the current
-   levels (they drift with the other hardware thread) and requires them clearly apart. */
+/* Is now a moment when the slice audit's readings can be trusted?  Re-places the threshold on
+   the current levels (they drift with the other hardware thread) and requires them clearly
+   apart. */
 bool _ca_cs_quiet_window(void) {
   uint32_t n = L.map.ncolours < 4 ? L.map.ncolours : 4;
   if (n == 0) return false;                          /* no sets to judge the moment by */
   L.probe.base.recalibrate(&L.probe.base, (void* const*)L.map.ref, (void* const (*)[CA_WAYS_MAX])L.map.set, n, L.map.ways);
-  uint32_t r = L.probe.set_ratio_pct;
-  if (r > L.top_ratio_pct) { L.best_ratio_pct = L.top_ratio_pct; L.top_ratio_pct = r; }
-  else if (r > L.best_ratio_pct) L.best_ratio_pct = r;
-  return r > 160;
-}
-
-/* After a batch: do most sets still evict their references? */
-bool _ca_cs_sets_held(void) {
-  uint32_t held = 0;
-  for (uint32_t c = 0; c < L.map.ncolours; c++) {
-    L.probe.base.prepare(&L.probe.base, L.map.ref[c]);
-    held += L.probe.base.evicts(&L.probe.base, L.map.ref[c], (void* const*)L.map.set[c], L.map.ways);
-  }
-  return held * 2 > L.map.ncolours;
-}
-
-/* Route a classified page to the sets it belongs to; returns whether one took it. */
-bool _ca_cs_route(void* page, int c) {
-  bool taken = false;
-  _ca_lock(&L.lock);
-  for (int i = 1; i <= CA_COLOUR_SETS; i++) {
-    ca_colour_set_t* s = &L.sets[i];
-    if (!s->used || s->pool.count >= s->target) continue;
-    bool in = c >= 0 ? ((s->mask >> c) & 1) != 0 : s->by_elimination && c == -1;
-    if (in && !taken) taken = _ca_pool_push(&s->pool, page);
-  }
-  _ca_unlock(&L.lock);
-  L.claimed += c >= 0;
-  return taken;
-}
-
-/* Is a set short of stock, with the sets the worker planned for (generation `gen`)?  A set
-   registered since has no colours yet: stocking for the old plan would never fill it (and
-   kept classifying, 1.7 million pages in two minutes, holding the rejected frames). */
-bool _ca_cs_pools_short(uint32_t gen) {
-  bool any = false;
-  _ca_lock(&L.lock);
-  for (int i = 1; i <= CA_COLOUR_SETS; i++)
-    if (L.sets[i].used && L.sets[i].pool.count < L.sets[i].target) any = true;
-  if (L.generation != gen) any = false;
-  _ca_unlock(&L.lock);
-  return any;
-}
-
-bool _ca_cs_replan(uint32_t gen) {
-  _ca_lock(&L.lock);
-  bool moved = L.generation != gen;
-  _ca_unlock(&L.lock);
-  return moved;
-}
-
-/* A page the strict test placed nowhere may still be of an excluded colour: the strict test
-   misses about half of a colour's pages on the Zen 5 host, and by elimination they would join
-   the set.  Two single plain tests per excluded colour look again; either saying "evicts" keeps
-   the page out of elimination sets (-2), without making it a member of anything (a partly
-   evicted page passes the plain test too). */
-int _ca_cs_excluded(void* page, uint64_t excl) {
-  for (int k = 0; k < 2 && excl != 0; k++)
-    if (_ca_colour_classify_n(&L.probe.base, &L.map, page, excl, 1, 1, CA_ASK_PLAIN) >= 0) return -2;
-  return -1;
+  return L.probe.set_ratio_pct > 160;
 }
 
 /* The colours discovered so far. */
@@ -113,18 +55,183 @@ uint64_t _ca_cs_known_colours(void) {
   return L.map.ncolours >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << L.map.ncolours) - 1);
 }
 
-/* The colours the sets short of stock need pages tested against: a set's own, or for a set by
-   elimination the colours it excludes (only those when `excluded_only`), among the colours
-   discovered.  A full set costs no tests (with the 7/8 complement of protection stocked, the
-   second look of excluded() took most of the time that stocking the first 1/8 needed). */
-uint64_t _ca_cs_sets_mask(bool excluded_only) {
-  uint64_t m = 0;
+/* ---- the slice test --------------------------------------------------------------------------
+   A page is of one of a mask's colours when the union of their eviction sets evicts it: one
+   test against UNION_MAX colours at once, where testing colour by colour took one test per
+   colour and three more to confirm each (and lost three pages in four of a 1/8 slice: strict
+   tests, each passing three times in four).  Two colours, not more: against the union of four
+   (32 pages) the pages of those colours read 160-230% of a quiet chase, against that of two
+   210-240%, for the same pages' reads of the group (Zen 4 host); and one set alone (8 pages)
+   leaves part of the page in the L1 (read 60%).  Pages fall in two clusters and a few between:
+   3000 pages against 1/8 of 32 colours, one test each, read 60-130% or 180-260%, and 5% read
+   120-140% in every test, pages that share a quarter of their sets with one of those colours
+   (every page read 190-230% against exactly one of the 32 sets).  So one test below LOW says
+   "none of them", and a page above it is tested twice more: the median at HIGH or above says
+   "one of them", between the two "cannot tell" (the page goes to neither side).  LOW and HIGH
+   lie a fifth and three fifths of the way up to what the sets read on their own references,
+   and follow it (the batch controls, below). */
+#define UNION_MAX 2
+
+static uint32_t effect(void) {
+  uint32_t e = L.effect_pct ? L.effect_pct : L.probe.set_ratio_pct;
+  return e > 100 ? e : 200;
+}
+static uint32_t low_mark(void) { uint32_t l = 100 + (effect() - 100) / 5; return l < 112 ? 112 : l; }
+static uint32_t high_mark(void) { uint32_t h = 100 + (effect() - 100) * 3 / 5; return h < 140 ? 140 : h; }
+
+/* The union of the sets of the colours of `mask` from colour `*from` on, UNION_MAX colours at
+   most, into g; *from moves past them.  Returns its pages (0: no colour left). */
+static size_t union_from(uint64_t mask, uint32_t* from, void** g, uint64_t* colours) {
+  size_t n = 0;
+  uint32_t k = 0;
+  *colours = 0;
+  for (; *from < L.map.ncolours && k < UNION_MAX; (*from)++) {
+    if (!((mask >> *from) & 1)) continue;
+    memcpy(g + n, L.map.set[*from], L.map.ways * sizeof(void*));
+    n += L.map.ways;
+    *colours |= (uint64_t)1 << *from;
+    k++;
+  }
+  return n;
+}
+
+/* The union (as union_from) of the mask's colours that holds colour c. */
+static size_t union_holding(uint64_t mask, uint32_t c, void** g) {
+  uint64_t colours = 0;
+  size_t n = 0;
+  for (uint32_t from = 0; !((colours >> c) & 1);)
+    if ((n = union_from(mask, &from, g, &colours)) == 0) return 0;
+  return n;
+}
+
+static uint32_t median3(uint32_t a, uint32_t b, uint32_t c) {
+  return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+/* 1: the group evicts r (the median of three tests at HIGH or above), 0: it does not (one test
+   below LOW, or the median), -1: in between. */
+static int group_verdict(void* r, void* const* g, size_t n) {
+  ca_probe_t* p = &L.probe.base;
+  uint32_t lo = low_mark(), first = p->ratio(p, r, g, n, 1);
+  if (first < lo) return 0;
+  uint32_t med = median3(first, p->ratio(p, r, g, n, 1), p->ratio(p, r, g, n, 1));
+  return med >= high_mark() ? 1 : med < lo ? 0 : -1;
+}
+
+/* The k-th (mod the count) colour of a non-empty mask. */
+static uint32_t nth_colour(uint64_t mask, uint32_t k) {
+  k %= (uint32_t)__builtin_popcountll(mask);
+  for (; k > 0; k--) mask &= mask - 1;
+  return (uint32_t)__builtin_ctzll(mask);
+}
+
+/* Is `page` of a colour of `mask`?  1 yes, 0 no, -1 cannot tell.  The page becomes a probe
+   reference (its contents are overwritten): pool and supply pages only. */
+int _ca_cs_member(void* page, uint64_t mask) {
+  void* g[UNION_MAX * CA_WAYS_MAX];
+  uint64_t colours;
+  bool unsure = false;
+  L.probe.base.prepare(&L.probe.base, page);
+  for (uint32_t from = 0;;) {
+    size_t n = union_from(mask, &from, g, &colours);
+    if (n == 0) break;
+    int v = group_verdict(page, (void* const*)g, n);
+    if (v == 1) return 1;
+    unsure |= v < 0;
+  }
+  return unsure ? -1 : 0;
+}
+
+/* The colours a set's pages are tested against, and whether it takes the pages of those
+   colours (`in`) or of none of them (by elimination). */
+static uint64_t test_mask(const ca_colour_set_t* s, bool* in) {
+  *in = !s->by_elimination;
+  return (s->by_elimination ? ~s->mask : s->mask) & _ca_cs_known_colours();
+}
+
+/* The sets short of stock with the plan of generation `gen` (none once the plan moved on: a set
+   registered since has no colours yet, and stocking for the old plan never fills it). */
+void _ca_cs_plan(ca_plan_t* plan, uint32_t gen) {
+  plan->n = 0;
   _ca_lock(&L.lock);
-  for (int i = 1; i <= CA_COLOUR_SETS; i++)
-    if (L.sets[i].used && L.sets[i].pool.count < L.sets[i].target && (L.sets[i].by_elimination || !excluded_only))
-      m |= L.sets[i].by_elimination ? ~L.sets[i].mask : L.sets[i].mask;
+  for (int i = 1; i <= CA_COLOUR_SETS && L.generation == gen; i++) {
+    ca_colour_set_t* s = &L.sets[i];
+    if (!s->used || s->pool.count >= s->target) continue;
+    plan->id[plan->n] = (uint8_t)i;
+    plan->mask[plan->n] = test_mask(s, &plan->in[plan->n]);
+    plan->n += plan->mask[plan->n] != 0 || !plan->in[plan->n];
+  }
   _ca_unlock(&L.lock);
-  return m & _ca_cs_known_colours();
+}
+
+/* The set of the plan a fresh page goes to (0: none), and the first colour of its slice that it
+   was tested against (for the audit; -1 by elimination).  Sets testing the same colours share
+   one test (the 1/8 of NightWatch and the 7/8 of protection: one test serves both). */
+int _ca_cs_classify(void* page, const ca_plan_t* plan, int* colour) {
+  uint64_t asked[CA_COLOUR_SETS];
+  int said[CA_COLOUR_SETS], nasked = 0;
+  for (uint32_t i = 0; i < plan->n; i++) {
+    int v = -2;
+    for (int k = 0; k < nasked && v == -2; k++) if (asked[k] == plan->mask[i]) v = said[k];
+    if (v == -2) { v = _ca_cs_member(page, plan->mask[i]); asked[nasked] = plan->mask[i]; said[nasked++] = v; }
+    if (plan->in[i] ? v == 1 : v == 0) {
+      *colour = plan->in[i] ? __builtin_ctzll(plan->mask[i]) : -1;
+      return plan->id[i];
+    }
+  }
+  return 0;
+}
+
+/* A batch's controls, for the colours of `mask`: the reference of one of them (the turn's) must
+   read evicted by its union, and one of a colour outside them (where one is known) must not.
+   The first reading is what the sets do now, and places the marks (a ring of the last eight).
+   False: a loud moment, or sets that no longer see their colours; the batch is not trusted. */
+bool _ca_cs_controls(uint64_t mask, uint32_t turn) {
+  uint64_t known = _ca_cs_known_colours(), out = known & ~mask;
+  mask &= known;
+  void* g[UNION_MAX * CA_WAYS_MAX];
+  uint32_t c = mask ? nth_colour(mask, turn) : 0;
+  size_t n = mask ? union_holding(mask, c, g) : 0;
+  if (n == 0) return false;
+  ca_probe_t* p = &L.probe.base;
+  void* r = L.map.ref[c];
+  p->prepare(p, r);
+  uint32_t med = median3(p->ratio(p, r, (void* const*)g, n, 1), p->ratio(p, r, (void* const*)g, n, 1),
+                         p->ratio(p, r, (void* const*)g, n, 1));
+  L.effect_ring[L.effect_next++ % 8] = med;
+  uint32_t ring[8], k = L.effect_next < 8 ? L.effect_next : 8;
+  memcpy(ring, L.effect_ring, sizeof ring);
+  for (uint32_t i = 1; i < k; i++)                  /* insertion sort: k <= 8 */
+    for (uint32_t j = i; j > 0 && ring[j - 1] > ring[j]; j--) { uint32_t t = ring[j]; ring[j] = ring[j - 1]; ring[j - 1] = t; }
+  L.effect_pct = ring[k / 2];
+  if (med < high_mark()) return false;
+  if (out == 0) return true;
+  r = L.map.ref[nth_colour(out, turn)];
+  p->prepare(p, r);
+  return group_verdict(r, (void* const*)g, n) == 0;
+}
+
+/* A page the plan's set `id` takes: into its pool (false: the pool is full now, or no room). */
+bool _ca_cs_take(int id, void* page) {
+  _ca_lock(&L.lock);
+  ca_colour_set_t* s = &L.sets[id];
+  bool ok = s->used && s->pool.count < s->target && _ca_pool_push(&s->pool, page);
+  _ca_unlock(&L.lock);
+  L.claimed += ok;
+  return ok;
+}
+
+bool _ca_cs_pools_short(uint32_t gen) {
+  ca_plan_t plan;
+  _ca_cs_plan(&plan, gen);
+  return plan.n > 0;
+}
+
+bool _ca_cs_replan(uint32_t gen) {
+  _ca_lock(&L.lock);
+  bool moved = L.generation != gen;
+  _ca_unlock(&L.lock);
+  return moved;
 }
 
 /* A pooled page of set i, taken out of its pool at random (NULL: none).  Out of the pool while
@@ -226,7 +333,8 @@ bool _ca_cs_audit_groups(uint64_t* rng) {
       g->page[g->n++] = page;
     }
     if (g->ncontrols == 0) {                       /* random pages, kept for the set's life */
-      uint8_t* c = _ca_pool_supply(CA_AUDIT_CONTROLS);
+      bool fresh;
+      uint8_t* c = _ca_pool_supply(CA_AUDIT_CONTROLS, &fresh);
       for (uint32_t k = 0; c != NULL && k < CA_AUDIT_CONTROLS; k++) g->control[g->ncontrols++] = c + k * CA_OS_PAGE;
     }
     uint32_t strays = 0;
@@ -253,23 +361,29 @@ bool _ca_cs_audit_groups(uint64_t* rng) {
   return true;
 }
 
-/* The pool's re-test: is the page (a pool page: its contents are overwritten) of set i?  One
-   strict classification, and a second against all of the mask's colours when the first says
-   no; then the slice audit's verdict, where a group speaks for the set. */
+/* The pool's re-test: is the page (a pool page: its contents are overwritten) of set i?  The
+   slice test, asked again when it cannot tell; then the slice audit's verdict, where a group
+   speaks for the set.  Only after the controls of the set's colours passed: in a loud moment
+   every union "evicts" every page. */
 static bool of_set(int i, void* page) {
-  const ca_colour_set_t* s = &L.sets[i];
-  uint64_t m = s->by_elimination ? ~s->mask : s->mask;
-  int c = _ca_colour_classify(&L.probe.base, &L.map, page, m & _ca_cs_known_colours());
-  bool ok = s->by_elimination ? c < 0 : c >= 0;
-  if (!ok) ok = s->by_elimination ? _ca_colour_classify(&L.probe.base, &L.map, page, m) < 0
-                                  : (c = _ca_colour_classify(&L.probe.base, &L.map, page, m)) >= 0;
-  return ok && _ca_cs_audited(page, s->by_elimination ? -1 : c) != -2;
+  bool in;
+  uint64_t m = test_mask(&L.sets[i], &in);
+  int v = _ca_cs_member(page, m);
+  if (v < 0) v = _ca_cs_member(page, m);
+  return (in ? v == 1 : v == 0) && _ca_cs_audited(page, in ? __builtin_ctzll(m) : -1) != -2;
+}
+
+static bool set_controls(int i, uint32_t turn) {
+  bool in;
+  uint64_t m = test_mask(&L.sets[i], &in);
+  return m != 0 && _ca_cs_controls(m, turn);
 }
 
 /* Re-test a few pooled pages of each set; drop those no longer of the set. */
 void _ca_cs_verify_sample(uint64_t* rng) {
   for (int i = 1; i <= CA_COLOUR_SETS; i++) {
     ca_colour_set_t* s = &L.sets[i];
+    if (!s->used || s->pool.count == 0 || !set_controls(i, (uint32_t)*rng)) continue;
     for (int k = 0; k < 4; k++) {
       void* page = pool_take(i, rng);
       if (page == NULL) break;
@@ -282,47 +396,29 @@ void _ca_cs_verify_sample(uint64_t* rng) {
   }
 }
 
-/* Do the sets still claim pages they stocked?  Up to 16 of the small slices' (not by
-   elimination): members of a slice group the audit vouched for, else pooled pages (a slice
-   handing out pages as fast as they come has none), each classified again against its set's
-   colours; true when half or more are claimed, false when they are not or none is there. */
-bool _ca_cs_sets_claim_stock(uint64_t* rng) {
-  uint32_t asked = 0, claimed = 0;
-  for (int i = 1; i <= CA_COLOUR_SETS && asked < 16; i++) {
-    ca_colour_set_t* s = &L.sets[i];
-    if (!s->used || s->by_elimination) continue;
-    uint64_t m = s->mask & _ca_cs_known_colours();
-    for (uint32_t k = 0; s->audit.valid && k < s->audit.n && asked < 16; k += 4, asked++)
-      claimed += _ca_colour_find(&L.probe.base, &L.map, s->audit.page[k], m) >= 0;
-    for (void* page; asked < 16 && (page = pool_take(i, rng)) != NULL;) {
-      asked++;
-      claimed += _ca_colour_find(&L.probe.base, &L.map, page, m) >= 0;
-      _ca_lock(&L.lock);
-      if (!_ca_pool_push(&s->pool, page)) _ca_pool_drop(page);
-      _ca_unlock(&L.lock);
-    }
-  }
-  return asked > 0 && claimed * 2 >= asked;
-}
-
 /* Protection's kept frames (_ca_colour_keep_frame) join their set's pool only if the pool's
    re-test places them there: protection moves every page it looks at, of any colour (1 in 8 of
    a 1/8 slice's), and a pooled frame of another colour would let the polluter confined to the
-   set evict outside it. */
+   set evict outside it.  Frames whose set's controls fail wait for a quieter moment (and those
+   kept beyond KEPT_MAX meanwhile are given back). */
 ca_kept_t _ca_cs_kept;
 
-
-/* Only in a quiet moment (else they wait, and frames kept beyond KEPT_MAX meanwhile are given
-   back): in a loud one every set "evicts" every page, and the test would place any frame in
-   the slice. */
 void _ca_cs_test_kept(void) {
-  if (__atomic_load_n(&K.n, __ATOMIC_RELAXED) == 0 || !_ca_cs_quiet_window()) return;
-  for (;;) {
+  uint32_t quiet = 0, loud = 0;                    /* sets whose controls passed / failed just now */
+  for (uint32_t turn = 0;; turn++) {
     _ca_lock(&L.lock);
     uint32_t n = K.n;
-    void* page = n ? K.page[n - 1] : NULL;
     int id = n ? K.set[n - 1] : 0;
-    K.n = n ? n - 1 : 0;
+    _ca_unlock(&L.lock);
+    if (n == 0 || ((loud >> id) & 1)) return;
+    if (!((quiet >> id) & 1)) {
+      if (!L.sets[id].used || !set_controls(id, turn)) { loud |= 1u << id; continue; }
+      quiet |= 1u << id;
+    }
+    _ca_lock(&L.lock);
+    void* page = K.n ? K.page[K.n - 1] : NULL;
+    id = K.n ? K.set[K.n - 1] : 0;
+    K.n = K.n ? K.n - 1 : 0;
     _ca_unlock(&L.lock);
     if (page == NULL) return;
     bool ok = L.sets[id].used && of_set(id, page);
@@ -332,5 +428,3 @@ void _ca_cs_test_kept(void) {
     _ca_unlock(&L.lock);
   }
 }
-
-/* Power of two nearest to n (geometric rounding: 12 -> 16, 24 -> 32). */

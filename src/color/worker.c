@@ -1,8 +1,14 @@
-/* The worker thread: pinned to one CPU while it measures, at nice 19, it starts the layer
-   (start.c), builds the eviction sets the registered sets need, and keeps each set's pool
-   stocked with classified pages, a batch at a time, judging its progress and backing off when a
-   stretch goes badly; between chunks it does protection's moves (protect.c).  Every few seconds
-   it re-verifies a sample of pooled pages and drops the ones whose colour changed. */
+/* The worker thread: pinned to one CPU while it measures, it starts the layer (start.c), builds
+   the eviction sets the registered sets need, and keeps each set's pool stocked with classified
+   pages, a batch at a time, each batch bracketed by controls and its verdicts kept only when
+   they pass, judging its progress and backing off when a stretch goes badly; between chunks it
+   does protection's moves (protect.c).  Every few seconds it re-verifies a sample of pooled
+   pages and drops the ones whose colour changed.
+
+   Its cost is bounded: until the first stock is in it runs at the priority of the thread that
+   asked (a program keeping both CPUs busy left a nice-19 worker 100 ms of CPU in 6 s, and no
+   colours), then at nice 19, and from then on (a second after the layer was asked for at the
+   earliest) within colour_worker percent of the CPU time the program's own threads use. */
 #define _GNU_SOURCE
 #include "layer.h"
 #include "../monitor/trap.h"
@@ -28,21 +34,18 @@ static bool page_resident(const void* page) {
 
 static const ca_protect_ops_t protect_ops = { colour_move_to, page_resident };
 
-#define REJECTED_MAX  16384                  /* rejected frames held back at most (64 MiB; at
-                                                8 MiB the kernel handed the same frames back:
-                                                4 MiB of 1/8 not stocked in 20 s, 3 runs of 3,
-                                                against 0.8-0.9 s) */
+#define REJECTED_MAX  16384                  /* rejected frames held back at most where they cannot
+                                                go back at once (64 MiB; at 8 MiB the kernel handed
+                                                the same frames back: 4 MiB of 1/8 not stocked in
+                                                20 s, 3 runs of 3, against 0.8-0.9 s) */
 #define STRETCH       (64 * STOCK_CHUNK)     /* pages classified between two judgements of progress */
-#define CLAIM_STRETCH 4096                   /* pages tested against the sets' own colours, between
-                                                two judgements of what they claim */
 #define BACKOFF_MIN_MS 500                   /* a slow or starved stretch: the worker sleeps this long, */
 #define BACKOFF_MAX_MS 30000                 /* doubling up to this, until a round fills the pools */
 
-/* A stretch of stocking judged: a set's colour is 1 page in 16-64 and the strict test confirms
-   20-65% of them, so a 1/8 slice keeps 1 page in 40 or more.  Keeping fewer than 1 in 1024, a
-   set is no colour's (2.4 million pages classified in two minutes stocked 211 pages once,
-   holding 9 GB of rejected frames); fewer than 1 in 256, the host is too noisy for the strict
-   test just then (1 page in 700: 1.7 million pages in two minutes, a whole CPU, for 2500). */
+/* A stretch of stocking judged: a 1/8 slice is 1 page in 8 and the slice test keeps most of
+   them, and the slices it stocks by elimination keep more.  Keeping fewer than 1 in 1024, the
+   sets see no colour (2.4 million pages classified in two minutes stocked 211 pages once);
+   fewer than 1 in 256, the host is too loud for the tests just then. */
 ca_stock_progress_t _ca_colour_progress(size_t classified, size_t taken) {
   return taken * 1024 < classified ? CA_STOCK_STARVED : taken * 256 < classified ? CA_STOCK_SLOW : CA_STOCK_OK;
 }
@@ -72,16 +75,33 @@ void _ca_cs_wait_wake(uint64_t ms) {
   pthread_cond_timedwait(&L.wake, &L.wake_lock, &t);
 }
 
-/* One madvise per run of adjacent pages (they were pushed in address order within each supply
-   chunk): each call is a TLB shootdown, an interrupt to every CPU running one of the program's
-   threads.  Page by page, one 3 s pv messages run made 12,383 such calls. */
+/* The held frames go back (they were pushed in address order within each supply chunk; each
+   madvise is a TLB shootdown, an interrupt to every CPU running one of the program's threads:
+   page by page, one 3 s pv messages run made 12,383 such calls). */
 static void release_rejected(ca_page_pool_t* rejected) {
-  for (size_t i = 0, len; i < rejected->count; i += len) {
-    uint8_t* start = rejected->pages[i];
-    for (len = 1; i + len < rejected->count && rejected->pages[i + len] == start + len * CA_OS_PAGE; len++) {}
-    _ca_os_purge(start, len * CA_OS_PAGE);
-  }
+  _ca_pool_purge(rejected->pages, rejected->count);
   rejected->count = 0;
+}
+
+/* A supply chunk done with; taken[i]: page i went to a pool (it stays where it is).  The others
+   of a fresh chunk go back now: the huge page is split first, by moving one of them out (the
+   kernel splits it to move a page; pages given back from a huge page still whole stay
+   allocated until memory runs short), and a chunk nothing was taken from goes whole.  Those of
+   a chunk that is not fresh are held until the round ends. */
+static void release_chunk(uint8_t* chunk, const bool* taken, bool fresh, ca_page_pool_t* rejected) {
+  void* give[STOCK_CHUNK];
+  size_t n = 0, kept = 0;
+  for (size_t i = 0; i < STOCK_CHUNK; i++) {
+    kept += taken[i];
+    if (!taken[i]) give[n++] = chunk + i * CA_OS_PAGE;
+  }
+  if (!fresh) { for (size_t i = 0; i < n; i++) _ca_pool_push(rejected, give[i]); return; }
+  if (kept == 0) { _ca_os_unmap(chunk, STOCK_CHUNK * CA_OS_PAGE); return; }
+  if (n == 0) return;
+  void* slot = _ca_colour_slot();
+  bool split = slot != NULL && _ca_colour_move_page(give[0], slot) != 0;
+  _ca_pool_purge(split ? give + 1 : give, split ? n - 1 : n);
+  if (slot != NULL) _ca_colour_drop_slot(slot);
 }
 
 /* The first CPU of `allowed` after `avoid` (cyclically), or `avoid` when it is the only one. */
@@ -132,32 +152,52 @@ uint64_t _ca_cs_worker_cpu_ns(void) {
   return atomic_load(&L.worker_alive) && _ca_clock_read_ns(L.worker_clock, &ns) ? ns : L.worker_cpu_ns;
 }
 
-/* The worker's pace (option colour_worker, percent of one CPU): once the layer is ready, its
-   CPU time since then stays within that share of the wall time since then plus a second's
-   allowance, by sleeping between supply chunks (not while a program thread waits in
-   chromalloc_colours_prepare: it asked for the stock).  At 100% it never sleeps: the pool of a
-   1/8 slice, of which a page classified here is about 1 in 30, kept it classifying for as
-   long as the process ran.  The sleep due after `cpu` ns of CPU time in `wall` ns, at most a
-   second at a time: */
-#define PACE_ALLOWANCE_NS 1000000000ull
-uint64_t _ca_colour_pace_ns(uint64_t cpu, uint64_t wall, uint32_t pct) {
-  if (pct >= 100 || pct == 0 || cpu <= PACE_ALLOWANCE_NS) return 0;
-  uint64_t due = (cpu - PACE_ALLOWANCE_NS) * 100 / pct;      /* wall time this CPU time needs */
-  if (due <= wall) return 0;
-  return due - wall > 1000000000ull ? 1000000000ull : due - wall;
+/* The program's CPU time so far (ns): the process's, less the worker's. */
+static uint64_t program_cpu_ns(void) {
+  uint64_t all = 0, w = _ca_cs_worker_cpu_ns();
+  _ca_clock_read_ns(CLOCK_PROCESS_CPUTIME_ID, &all);
+  return all > w ? all - w : 0;
 }
 
+/* The worker's pace (option colour_worker, percent of the program's CPU time): how much of the
+   worker's CPU time `worker` (ns, since the pace began) is over its share of the program's
+   `program` ns since then, beyond one allowance (a supply chunk's work, so that a pool a program
+   keeps drawing on is refilled a chunk at a time).  0: within its share; 100 = no limit. */
+#define PACE_ALLOWANCE_NS 50000000ull
+uint64_t _ca_colour_pace_ns(uint64_t worker, uint64_t program, uint32_t pct) {
+  if (pct >= 100 || pct == 0) return 0;
+  uint64_t share = program / 100 * pct + PACE_ALLOWANCE_NS;
+  return worker > share ? worker - share : 0;
+}
+
+/* The CPU the worker may spend on its start, at the priority of the thread that asked: beyond
+   it, the rest of the start runs in the background, and paced. */
+#define START_CPU_NS 500000000ull
+
+/* From the first stock, or once the start has had its CPU, and a second after the layer was
+   asked for at the earliest, the worker sleeps between supply chunks while it is over its share
+   (not while a program thread waits in chromalloc_colours_prepare: that thread asked for the
+   stock); the program's threads wake it by using CPU, a new set or a prepare by signalling. */
 static void pace(void) {
-  uint64_t cpu = _ca_cs_worker_cpu_ns();
-  if (L.pace_from_ns == 0 || atomic_load(&L.preparing) > 0 || cpu < L.pace_cpu_ns) return;   /* no clock: no pace */
-  uint64_t ns = _ca_colour_pace_ns(cpu - L.pace_cpu_ns, _ca_clock_ns() - L.pace_from_ns,
-                                   (uint32_t)_ca_colour_opt(CA_COPT_WORKER));
-  if (ns == 0) return;
-  uint64_t t = _ca_clock_ns();
-  pthread_mutex_lock(&L.wake_lock);
-  _ca_cs_wait_wake(ns / 1000000 + 1);                  /* a prepare or a new set wakes it */
-  pthread_mutex_unlock(&L.wake_lock);
-  L.paced_ns += _ca_clock_ns() - t;
+  if (atomic_load(&L.preparing) > 0) return;
+  uint64_t now = _ca_clock_ns();
+  if (L.pace_from_ns == 0) {
+    if (now < L.start_ns + 1000000000ull || (L.stocked_ns == 0 && _ca_cs_worker_cpu_ns() < START_CPU_NS)) return;
+    L.pace_from_ns = now;
+    L.pace_cpu_ns = _ca_cs_worker_cpu_ns();
+    L.pace_program_ns = program_cpu_ns();
+  }
+  uint32_t pct = (uint32_t)_ca_colour_opt(CA_COPT_WORKER);
+  for (int naps = 0; naps < 20; naps++) {           /* a second at most between two chunks */
+    uint64_t w = _ca_cs_worker_cpu_ns(), p = program_cpu_ns();
+    if (_ca_colour_pace_ns(w - L.pace_cpu_ns, p - L.pace_program_ns, pct) == 0) return;
+    uint64_t t = _ca_clock_ns();
+    pthread_mutex_lock(&L.wake_lock);
+    _ca_cs_wait_wake(50);
+    pthread_mutex_unlock(&L.wake_lock);
+    L.paced_ns += _ca_clock_ns() - t;
+    if (atomic_load(&L.preparing) > 0) return;
+  }
 }
 
 void* _ca_cs_worker_main(void* arg) {
@@ -168,11 +208,55 @@ void* _ca_cs_worker_main(void* arg) {
   return NULL;
 }
 
+/* Background from here on: the program's threads come first. */
+static void background(void) {
+  if (!L.niced) setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+  L.niced = true;
+}
+
+/* One batch of a supply chunk: the verdicts of its pages, kept when the controls of the colours
+   tested pass after it.  Returns the pages taken (taken[i]; -1: the controls failed, nothing
+   taken). */
+static int stock_batch(uint8_t* pages, size_t n, const ca_plan_t* plan, uint32_t turn, bool* taken) {
+  int id[BATCH], colour[BATCH];
+  uint64_t tc = _ca_clock_ns();
+  for (size_t i = 0; i < n; i++) {
+    id[i] = _ca_cs_classify(pages + i * CA_OS_PAGE, plan, &colour[i]);
+    if (id[i] != 0 && _ca_cs_audited(pages + i * CA_OS_PAGE, colour[i]) == -2) id[i] = 0;
+  }
+  L.classified += n;
+  bool trusted = true;
+  for (uint32_t k = 0; k < plan->n && trusted; k++) {
+    bool seen = false;                             /* one control per distinct mask */
+    for (uint32_t j = 0; j < k && !seen; j++) seen = plan->mask[j] == plan->mask[k];
+    if (!seen && plan->mask[k] != 0) trusted = _ca_cs_controls(plan->mask[k], turn);
+  }
+  L.classify_ns += _ca_clock_ns() - tc;
+  int count = 0;
+  for (size_t i = 0; i < n; i++) {
+    taken[i] = trusted && id[i] != 0 && _ca_cs_take(id[i], pages + i * CA_OS_PAGE);
+    count += taken[i];
+  }
+  if (!trusted) { L.batches_dropped++; return -1; }
+  return count;
+}
+
+/* Wait for a moment whose controls pass (a second at most): a batch measured in a loud one is
+   thrown away. */
+static void quiet_moment(const ca_plan_t* plan, uint32_t turn) {
+  uint64_t tq = _ca_clock_ns();
+  int tries = 0;
+  for (; tries < 50 && plan->n > 0 && !_ca_cs_controls(plan->mask[0], turn + (uint32_t)tries); tries++) {
+    struct timespec t = { 0, 20000000 };
+    nanosleep(&t, NULL);
+  }
+  L.unquiet_batches += tries == 50;
+  L.quiet_ns += _ca_clock_ns() - tq;
+}
+
 /* calibrate, then stock the pools and protect for the process's life; returns when it gives up */
 static void worker(int here) {
   _ca_trap_quiet_thread();
-  /* background work: the program's threads come first (nice 19 for this thread) */
-  setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
   /* measure on one CPU, preferably not the one of the thread that asked (its own memory traffic
      would share the L2 with our measurements) */
   cpu_set_t allowed;
@@ -184,15 +268,14 @@ static void worker(int here) {
   L.start_ns = _ca_clock_ns();
   if (!_ca_cs_start(&rng)) return;
   uint64_t last_verify = _ca_clock_ms(), backoff_ms = 0;
+  uint32_t turn = 0;
   for (;;) {
     /* the colours the registered sets need, and their eviction sets */
     _ca_lock(&L.lock);
     uint32_t need = _ca_cs_colours_needed(), gen = L.generation;
     _ca_unlock(&L.lock);
-    /* at least four sets: quiet_window() and sets_held() judge the moment by them (with a
-       profile and one set needed, stocking 3 MiB of 1/8 took 26-120 s in 3 runs of 8, against
-       1-5 s in the others) */
-    if (need < 4 && L.cal.colours >= 4) need = 4;
+    /* at least two sets: a control needs a colour outside the one tested */
+    if (need < 2 && L.cal.colours >= 2) need = 2;
 #ifdef CA_TEST_HOOKS
     uint32_t drops = atomic_load(&L.inject_drops);
     if (drops > 0 && atomic_compare_exchange_strong(&L.inject_drops, &drops, drops - 1)) {
@@ -201,118 +284,51 @@ static void worker(int here) {
       continue;
     }
 #endif
-    for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
-      _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, &rng, &L.disc);
+    if (L.map.ncolours < need) _ca_cs_build_sets(need, &rng);
     if (L.map.ncolours < need) {
       if (!_ca_cs_retry_later("could not find eviction sets for the colours the sets need")) return;
       continue;
     }
     L.failures_in_row = 0;
-    if (!L.src.trimmed) _ca_page_source_trim(&L.src);   /* 16 MiB of calibration pages */
-    if (L.ready_ns == 0) { L.ready_ns = _ca_clock_ns() - L.start_ns; L.reason[0] = 0; }
-    if (L.pace_from_ns == 0) { L.pace_from_ns = _ca_clock_ns(); L.pace_cpu_ns = _ca_cs_worker_cpu_ns(); }
+    if (L.ready_ns == 0) { L.ready_ns = _ca_clock_ns() - L.start_ns; L.start_cpu_ns = _ca_cs_worker_cpu_ns(); L.reason[0] = 0; }
     atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);
-    /* stock the pools, a batch at a time, each batch in a quiet window and bracketed by a check
-       that the sets still work; a batch measured in a noisy moment is thrown away.  Pages no set
-       takes keep their frames until the round ends: released at once, the kernel would hand
-       the very same frames (of the wrong colours) back in the next chunk. */
+    /* stock the pools, a batch at a time; pages no set takes go back with their chunk (fresh
+       chunks), or are held until the round ends: released at once, the kernel would hand the
+       very same frames (of the wrong colours) back in the next chunk */
     ca_page_pool_t rejected = {0};
-    size_t stretch_classified = 0, stretch_taken = 0, claim_tested = 0, claim_hits = 0;
-    bool suspect = false, slow = false, judged_ok = false;
-    int since_quiet = QUIET_EVERY;
-    /* an injected loss (tests) is taken between chunks, as a suspicion would be: stocking a
-       pool can take tens of seconds, and the test waits for the loss, not for the stock */
+    size_t stretch_classified = 0, stretch_taken = 0, stretch_batches = 0, stretch_dropped = 0;
+    bool suspect = false, slow = false, judged_ok = false, loud = true;
     while (_ca_cs_pools_short(gen) && !suspect && !slow && !CA_DROP_PENDING()) {
       if (!_ca_cs_audit_groups(&rng)) { suspect = true; L.suspected_by[2]++; break; }
-      uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK);
+      bool fresh, taken_here[STOCK_CHUNK] = { false };
+      uint8_t* chunk = _ca_pool_supply(STOCK_CHUNK, &fresh);
       if (chunk == NULL) break;
       for (size_t b = 0; b < STOCK_CHUNK; b += BATCH) {
-        int colour[BATCH];
-        uint64_t mask = _ca_cs_sets_mask(false), excl = _ca_cs_sets_mask(true);
-        if (since_quiet >= QUIET_EVERY) {
-          int tries = 0;
-          uint64_t tq = _ca_clock_ns();
-          for (; !_ca_cs_quiet_window() && tries < 50; tries++) {
-            struct timespec t = { 0, 20000000 };
-            nanosleep(&t, NULL);
-          }
-          L.unquiet_batches += tries == 50;
-          L.quiet_ns += _ca_clock_ns() - tq;
-          since_quiet = 0;
-        }
-        since_quiet++;
-        uint64_t tc = _ca_clock_ns();
-        /* elimination trusts a test that sees nothing: only while the sets evict about as
-           clearly as they have at best in this process (at 170%, in runs where they had 250%
-           otherwise, a 7/8 pool held as many pages of the first eighth as random pages do,
-           and protection moved victims into them); at best bar one reading (one of 288%,
-           where the others read 200-233%, kept a pv packets process's 7/8 pool empty to the
-           end, and protection with it) */
-        uint32_t best = L.best_ratio_pct ? L.best_ratio_pct : L.top_ratio_pct;
-        bool eliminate = L.probe.set_ratio_pct * 5 >= best * 4;
-        size_t claimed = 0;
-        for (size_t i = 0; i < BATCH; i++) {
-          colour[i] = _ca_colour_find(&L.probe.base, &L.map, chunk + (b + i) * CA_OS_PAGE, mask);
-          claimed += colour[i] >= 0;
-          if (colour[i] < 0) colour[i] = eliminate ? _ca_cs_excluded(chunk + (b + i) * CA_OS_PAGE, excl) : -2;
-          if (colour[i] != -2) colour[i] = _ca_cs_audited(chunk + (b + i) * CA_OS_PAGE, colour[i]);
-        }
-        L.classified += BATCH;
-        L.classify_ns += _ca_clock_ns() - tc;
-        tc = _ca_clock_ns();
-        bool trusted = _ca_cs_sets_held();
-        L.held_ns += _ca_clock_ns() - tc;
-        if (!trusted) { L.batches_dropped++; since_quiet = QUIET_EVERY; }   /* look again first */
-        /* pages the colours tested claimed, counted as if for a 1/8 slice: the sets' claims,
-           before the audit, since they judge the sets (counted after it, a group that evicts
-           its slice's pages only in part, as at times here, turned every claimed page away,
-           and 1 of 8 pv packets processes monitoring every chunk had its good sets dropped:
-           173-622 claims of 4096 in the stretches judged, 0-10 of them left by the audit;
-           audit.c) */
-        uint32_t share = L.cal.colours ? (uint32_t)__builtin_popcountll(mask) * 8 : 0;
-        if (trusted && share) {
-          claim_tested += BATCH * share / L.cal.colours;
-          claim_hits += claimed;
-        }
-        for (size_t i = 0; i < BATCH; i++) {
-          uint8_t* page = chunk + (b + i) * CA_OS_PAGE;
-          if (!trusted || !_ca_cs_pools_short(gen) || !_ca_cs_route(page, colour[i])) _ca_pool_push(&rejected, page);
-          else stretch_taken++;
-        }
+        ca_plan_t plan;
+        _ca_cs_plan(&plan, gen);
+        if (plan.n == 0) break;
+        if (loud) quiet_moment(&plan, turn);
+        int taken = stock_batch(chunk + b * CA_OS_PAGE, BATCH, &plan, turn++, taken_here + b);
+        loud = taken < 0;
+        stretch_batches++;
+        stretch_dropped += loud;
+        stretch_taken += taken > 0 ? (size_t)taken : 0;
         stretch_classified += BATCH;
       }
-      if (rejected.count >= REJECTED_MAX) {
-        release_rejected(&rejected);
-        /* the kernel hands the released frames back next: what the sets claim of them says
-           nothing of the sets (judged, recolour's 12 MiB of 1/8 had its sets and stock dropped
-           three times in 120 s) */
-        claim_tested = claim_hits = 0;
-      }
-      /* the sets claim almost none of their colours' pages (1 in 16 expected; seen: 3 in
-         4000 pages, the probe's sets evicting at 170% where they had 250% in other runs, while
-         elimination filled the complement with pages the sets missed): find them again */
-      if (claim_tested >= CLAIM_STRETCH) {
-        bool few = _ca_colour_progress(claim_tested, claim_hits) != CA_STOCK_OK;
-        /* ... unless the sets still claim pages they stocked: then the supply is short of
-           their colours, not the sets wrong.  The frames a round gives back (release_rejected,
-           none of the sets' colours) are what the kernel hands out next, and in pv packets
-           processes that monitor every chunk, whose slice pool never filled, the claims fell
-           after each release (235, 88, 22, 12, 5 of 4096) while the sets read 200-226% on
-           their references; in one benchmark run 4 of the 5 such processes had their
-           sets dropped by the claims and found again.  A back-off then, not a suspicion. */
-        if (few && _ca_cs_sets_claim_stock(&rng)) { slow = true; L.claims_short++; }
-        else { suspect = few; L.suspected_by[0] += few; }
-        judged_ok = !few;
-        claim_tested = claim_hits = 0;
-      }
-      /* sets that confirm almost nothing are dropped; few, left to a quieter moment */
+      release_chunk(chunk, taken_here, fresh, &rejected);
+      if (rejected.count >= REJECTED_MAX) release_rejected(&rejected);
+      /* a stretch judged: controls failing in most batches (sets that no longer see their
+         colours, or a long loud spell), or sets that confirm almost nothing, are suspected;
+         few pages, left to a quieter moment */
       if (stretch_classified >= STRETCH) {
         ca_stock_progress_t g = _ca_colour_progress(stretch_classified, stretch_taken);
-        L.suspected_by[1] += !suspect && g == CA_STOCK_STARVED;
-        suspect = suspect || g == CA_STOCK_STARVED;
+        bool controls_bad = stretch_dropped * 2 > stretch_batches;
+        L.suspected_by[0] += !suspect && controls_bad;
+        L.suspected_by[1] += !suspect && !controls_bad && g == CA_STOCK_STARVED;
+        suspect = suspect || controls_bad || g == CA_STOCK_STARVED;
         slow = slow || g == CA_STOCK_SLOW;
         judged_ok = g == CA_STOCK_OK && !suspect;
-        stretch_classified = stretch_taken = 0;
+        stretch_classified = stretch_taken = stretch_batches = stretch_dropped = 0;
       }
       pthread_mutex_lock(&L.wake_lock);
       pthread_cond_broadcast(&L.wake);               /* waiters in chromalloc_colours_prepare */
@@ -321,11 +337,17 @@ static void worker(int here) {
          other colours allows (64 per chunk of 512 pages classified: pv packets' 606 pages
          were done by frame 850-900, by 400-500 now, the victim slower until then) */
       protect_some(SIZE_MAX);
+      if (!L.niced && _ca_cs_worker_cpu_ns() > START_CPU_NS) background();
       pace();
     }
     release_rejected(&rejected);
     if (rejected.pages) _ca_os_unmap(rejected.pages, rejected.cap * sizeof(void*));
     if (!suspect && !slow && !_ca_cs_audit_groups(&rng)) { suspect = true; L.suspected_by[2]++; }   /* a pool that just filled */
+    if (L.stocked_ns == 0 && !_ca_cs_pools_short(gen) && !_ca_cs_replan(gen)) {
+      L.stocked_ns = _ca_clock_ns() - L.start_ns;
+      L.stocked_cpu_ns = _ca_cs_worker_cpu_ns();
+      background();
+    }
     L.suspicions += suspect;
     if (_ca_colour_suspect(&L.suspected, suspect, judged_ok)) _ca_cs_drop_sets();
     else if (suspect) slow = true;                   /* the first: a back-off, the sets kept */

@@ -185,10 +185,11 @@ static void recolour_fork(int set) {
   free(rbuf);
 }
 
-/* colour_worker=10 (make test-colour-pace): once the layer is ready and nobody waits in
-   chromalloc_colours_prepare, the worker stocking a 64 MiB pool (tens of seconds of work here)
-   sleeps to keep within 10% of a CPU; over 3 s after its first sleep it may use 0.3 s, plus up
-   to a second for the supply chunk between two sleeps, where unpaced it used about 3 s. */
+/* colour_worker=10 (make test-colour-pace): once the start has had its CPU (half a second: a
+   64 MiB pool is tens of seconds of work here) and nobody waits in chromalloc_colours_prepare,
+   the worker keeps within 10% of the CPU time of the program's own threads, which sleep here:
+   over 3 s after its first sleep it may use its 50 ms allowance and a supply chunk's work
+   between two sleeps, where unpaced it used about 3 s. */
 static void paced(int set) {
   if (chromalloc_colours_prepare(set, 4096, 60000) != 0) {
     CHECK(!machine_described());
@@ -196,9 +197,9 @@ static void paced(int set) {
     return;
   }
   long long paced = 0;
-  /* the pace starts after a second of the worker's CPU time since the layer was ready, which a
-     nice-19 worker gets in about 2 s on an idle host; on one busy with two make test runs it got
-     less than that in 270 s.  Not paced yet is right while it is within that allowance. */
+  /* the pace starts after half a second of the worker's CPU time, which it gets in about a
+     second on an idle host; on one busy with two make test runs a nice-19 worker got less than
+     a second in 270 s.  Not paced yet is right while it is within that allowance. */
   for (int i = 0; i < 600 && (paced = stats_value("colours", "worker_paced_ms")) <= 0; i++) usleep(100000);
   if (paced <= 0) {
     long long since = stats_value("colours", "worker_cpu_ms") - stats_value("colours", "worker_pace_from_cpu_ms");

@@ -3,9 +3,17 @@
    for it), and after CA_COLOUR_START_TRIES failures in a row it is unavailable for good, saying
    why.  Failures are injected before anything is measured (_ca_colour_test_fail_starts), as a
    first discovery that finds no set (_ca_colour_test_no_sets), or once ready as eviction sets lost and not found again (_ca_colour_test_drop_sets), each case
-   in a child of its own: the worker starts once per process. */
+   in a child of its own: the worker starts once per process.  Each starts without a set file.
+
+   The shared set file (setfile.c), in children of their own too: the first process builds its
+   sets and writes the file; the next loads them, builds none, and names the colours alike (the
+   simulated colour of each colour's reference is the same in both); a file whose sets no longer
+   hold (two sets trade a member) is found out, and its sets built and written anew; with
+   colour_share=0 no file is read or written. */
 #include "check.h"
 #include "../../src/color/colour.h"
+#include "../../src/color/layer.h"
+#include <sys/stat.h>
 #include <time.h>
 
 static void sleep_ms(long ms) {
@@ -30,6 +38,7 @@ static bool reason_is(const char* text) {
 /* every start fails: unavailable after six tries (waits 5+10+20+40+80 ms), the reason kept,
    and a set's memory is ordinary memory */
 static int always_failing(void* arg) {
+  _ca_setfile_remove();
   CHECK_EQ(_ca_colour_state(), CA_COLOURS_OFF);
   _ca_colour_test_fail_starts(100, 5);
   int id = _ca_colour_set(0, 1, 8);
@@ -47,6 +56,7 @@ static int always_failing(void* arg) {
 
 /* two starts fail: calibrating while it waits, then the third start measures as usual */
 static int failing_twice(void* arg) {
+  _ca_setfile_remove();
   CHECK_EQ(_ca_colour_state(), CA_COLOURS_OFF);
   _ca_colour_test_fail_starts(2, 300);
   int id = _ca_colour_set(0, 1, 8);
@@ -86,6 +96,7 @@ static bool wait_failures(long long n, long ms) {
    first (3-9 ms in most processes, 0.3 and 3.7 s in two of 40 in a loud hour): the failure is
    waited for, not assumed after 150 ms (make test failed so once) */
 static int no_sets_found(void* arg) {
+  _ca_setfile_remove();
   _ca_colour_test_no_sets(1, 300);
   int id = _ca_colour_set(0, 1, 8);
   CHECK(id > 0);
@@ -105,6 +116,7 @@ static int no_sets_found(void* arg) {
    again, and gives up only after CA_COLOUR_START_TRIES failures in a row, not in all (a long-lived
    process would lose the layer for good after its sixth loud moment) */
 static int dropped_when_ready(void* arg) {
+  _ca_setfile_remove();
   _ca_colour_test_fail_starts(0, 20);               /* waits of 20, 40, 80 ... ms */
   int id = _ca_colour_set(0, 1, 8);
   CHECK(id > 0);
@@ -132,11 +144,93 @@ static int dropped_when_ready(void* arg) {
   return check_failures;
 }
 
+static bool json_has(const char* text) {
+  static char buf[1 << 16];
+  ca_buf_t b = ca_buf(buf, sizeof buf);
+  _ca_colour_stats_json(&b);
+  return strstr(buf, text) != NULL;
+}
+
+static bool set_file_exists(void) {
+  struct stat st;
+  return stat(getenv("CHROMALLOC_SETS"), &st) == 0;
+}
+
+/* the simulated colour of each colour's reference, as this process names the colours */
+static void reference_colours(int* out, uint32_t n) {
+  for (uint32_t c = 0; c < n; c++) out[c] = _ca_sim_colour(L.map.ref[c]);
+}
+
+static int first_colours[CA_COLOURS_MAX];
+
+static int builds_and_writes(void* arg) {
+  _ca_setfile_remove();
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK(json_has("\"sets_from\":\"built here\""));
+  CHECK_EQ(stats_value("set_file", "written"), 1);
+  CHECK(set_file_exists());
+  CHECK(L.map.ncolours >= 4);
+  int got[CA_COLOURS_MAX];
+  reference_colours(got, 4);
+  FILE* f = fopen(arg, "w");                        /* for the next child */
+  for (int c = 0; c < 4 && f; c++) fprintf(f, "%d\n", got[c]);
+  if (f) fclose(f);
+  return check_failures;
+}
+
+static int loads_shared(void* arg) {
+  FILE* f = fopen(arg, "r");
+  for (int c = 0; c < 4 && f; c++) CHECK(fscanf(f, "%d", &first_colours[c]) == 1);
+  if (f) fclose(f);
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK(json_has("\"sets_from\":\"set file\""));
+  CHECK_EQ(stats_value("colours", "set_builds"), 0);
+  CHECK_EQ(stats_value("set_file", "checked"), 1);
+  CHECK_EQ(stats_value("set_file", "stale"), 0);
+  CHECK_EQ(stats_value("set_file", "written"), 0);
+  int got[CA_COLOURS_MAX];
+  reference_colours(got, 4);
+  for (int c = 0; c < 4; c++) CHECK_EQ(got[c], first_colours[c]);   /* colour c is the same colour */
+  return check_failures;
+}
+
+static int finds_stale(void* arg) {
+  CHECK(_ca_setfile_test_spoil());
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK_EQ(stats_value("set_file", "checked"), 1);
+  CHECK_EQ(stats_value("set_file", "stale"), 1);
+  CHECK_EQ(stats_value("set_file", "written"), 1);
+  CHECK(json_has("\"sets_from\":\"built here\""));
+  return check_failures;
+}
+
+static int not_shared(void* arg) {
+  _ca_setfile_remove();
+  _ca_colour_options[CA_COPT_SHARE] = 0;
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK_EQ(stats_value("set_file", "checked"), 0);
+  CHECK_EQ(stats_value("set_file", "written"), 0);
+  CHECK(!set_file_exists());
+  return check_failures;
+}
+
 int main(void) {
   require_chromalloc("test_colour_start");
   CHECK_EQ(fork_children(1, always_failing, NULL, "always failing"), 1);
   CHECK_EQ(fork_children(1, failing_twice, NULL, "failing twice"), 1);
   CHECK_EQ(fork_children(1, dropped_when_ready, NULL, "sets dropped when ready"), 1);
   CHECK_EQ(fork_children(1, no_sets_found, NULL, "no sets found"), 1);
+  if (machine_described()) {                        /* the simulated frames of a shared file */
+    char colours[512];
+    snprintf(colours, sizeof colours, "%s/colours", getenv("TEST_WORK"));
+    CHECK_EQ(fork_children(1, builds_and_writes, colours, "set file written"), 1);
+    CHECK_EQ(fork_children(1, loads_shared, colours, "set file loaded"), 1);
+    CHECK_EQ(fork_children(1, finds_stale, NULL, "stale set file"), 1);
+    CHECK_EQ(fork_children(1, not_shared, NULL, "colour_share=0"), 1);
+  }
   return check_done("test_colour_start");
 }

@@ -39,7 +39,7 @@ static void test_path(void) {
 static void test_save_load(void) {
   ca_calibration_t a, b;
   memset(&a, 0, sizeof a);
-  _ca_read_cpu_model(a.cpu, sizeof a.cpu);
+  _ca_machine_key(a.cpu, sizeof a.cpu);
   a.usable = true; a.level = 2; a.method = CA_METHOD_TIMING; a.colours = 16; a.ways = 8; a.line = 64;
   setenv("CHROMALLOC_PROFILE", path_in("deep/dir/p.json"), 1);
   CHECK(_ca_profile_save(&a, path_in("deep/dir/p.json")));        /* the parent is made */

@@ -1,0 +1,235 @@
+/* The shared set file: eviction sets kept in a file on tmpfs, so that every process of a user on
+   this machine (since boot) uses the same ones instead of building its own.
+
+   An eviction set is a property of physical frames, and a page of a shared file has the same
+   frame in every process that maps it: the sets one process found are the sets of all.  Building
+   the few sets a process needs took 0.3-1 s of its worker's time on a quiet host and failed for
+   seconds on a loud one (issue 47); loading and checking them takes milliseconds.
+
+     file:   [ header: 4 pages ][ page 0 ][ page 1 ] ...          (tmpfs; pages no set uses are
+     header: machine, ways, colours, known                          holes, given back)
+             ref[c], set[c][0..ways) = page numbers, c < known     colour c's reference and set
+
+   A colour's number is its place in the file, the same in every process that loads it (the
+   slices of two programs name the same colours).  Reference pages are shared too: the probe's
+   chase holds distances, not addresses, in one order for all (probe.c), so a reference is the
+   same bytes wherever it is mapped and is never written again.
+
+   Path: $CHROMALLOC_SETS, else /dev/shm/chromalloc-<uid>-<machine hash>.sets (mode 0600).  A
+   file is written whole under a temporary name and renamed into place: a reader sees a complete
+   file or none.  Its frames can move (the host migrates guest memory, or the guest compacts
+   it), so a process checks the sets it uses before trusting them (start.c) and writes new
+   ones over a file that no longer checks out.  The option colour_share=0 keeps a process's sets
+   its own. */
+#define _GNU_SOURCE
+#include "layer.h"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAGIC          "CASETS01"
+#define HEADER_PAGES   4
+#define NO_PAGE        0xffffffffu
+
+typedef struct setfile_header_s {
+  char     magic[8];
+  uint32_t header_pages, npages;                 /* pages after the header */
+  uint32_t ways, colours, known;                 /* colours of the level; sets 0..known-1 here */
+  uint32_t set_ratio_pct, passes;                /* what the sets read when they were found */
+  uint64_t written_ns;                           /* CLOCK_REALTIME */
+  char     machine[256];
+  uint32_t ref[CA_COLOURS_MAX];
+  uint32_t set[CA_COLOURS_MAX][CA_WAYS_MAX];
+} setfile_header_t;
+
+_Static_assert(sizeof(setfile_header_t) <= HEADER_PAGES * CA_OS_PAGE, "header pages");
+
+/* The path of this machine's set file into out (false: too long). */
+bool _ca_setfile_path(char* out, size_t len) {
+  ca_buf_t b = ca_buf(out, len);
+  const char* env = getenv("CHROMALLOC_SETS");
+  if (env && env[0]) { ca_buf_str(&b, env); return b.len < len; }
+  char key[256];
+  _ca_machine_key(key, sizeof key);
+  uint64_t h = 0xcbf29ce484222325ull;              /* FNV-1a */
+  for (const char* k = key; *k; k++) { h ^= (uint8_t)*k; h *= 0x100000001b3ull; }
+  ca_buf_str(&b, "/dev/shm/chromalloc-");
+  ca_buf_u64(&b, (uint64_t)getuid());
+  ca_buf_char(&b, '-');
+  ca_buf_hex(&b, h);
+  ca_buf_str(&b, ".sets");
+  return b.len < len;
+}
+
+/* A described machine's L2 is simulated by frame: the file's pages get frames of their own
+   (named by the file, so that every process mapping it sees the same ones). */
+static void name_frames(int fd, uint8_t* pages, size_t npages) {
+  struct stat st;
+  if (!_ca_machine.simulated || fstat(fd, &st) != 0) return;
+  _ca_sim_file_frames(pages, npages, (uint64_t)st.st_ino);
+}
+
+/* A new set file under construction: `npages` pages after the header, mapped shared (a page
+   source faults them in).  The file has no name until it is published.  False: no tmpfs here,
+   or sharing is off (the sets stay the process's own). */
+bool _ca_setfile_create(ca_setfile_t* f, size_t npages) {
+  char path[512];
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  if (_ca_colour_opt(CA_COPT_SHARE) == 0 || !_ca_setfile_path(path, sizeof path)) return false;
+  char dir[512];
+  memcpy(dir, path, sizeof dir);
+  char* slash = strrchr(dir, '/');
+  if (slash == NULL) return false;
+  if (slash == dir) slash[1] = 0;                  /* a file in / */
+  else *slash = 0;
+  int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  size_t len = (HEADER_PAGES + npages) * CA_OS_PAGE;
+  if (fd < 0 || ftruncate(fd, (off_t)len) != 0) { if (fd >= 0) close(fd); return false; }
+  uint8_t* base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) { close(fd); return false; }
+  f->fd = fd;
+  f->base = base;
+  f->len = len;
+  f->pages = base + HEADER_PAGES * CA_OS_PAGE;
+  f->npages = npages;
+  f->built = true;
+  name_frames(fd, f->pages, npages);
+  return true;
+}
+
+static uint32_t page_no(const ca_setfile_t* f, const void* p) {
+  size_t i = (size_t)((const uint8_t*)p - f->pages) / CA_OS_PAGE;
+  return (const uint8_t*)p >= f->pages && i < f->npages ? (uint32_t)i : NO_PAGE;
+}
+
+/* Give back the pages of f that neither map's sets nor references use (holes in the file). */
+static void punch_unused(ca_setfile_t* f, const ca_colour_map_t* map) {
+  uint8_t* used = _ca_os_map(f->npages);
+  if (used == NULL) return;
+  for (uint32_t c = 0; c < map->ncolours; c++) {
+    uint32_t r = page_no(f, map->ref[c]);
+    if (r != NO_PAGE) used[r] = 1;
+    for (uint32_t w = 0; w < map->ways; w++) { uint32_t k = page_no(f, map->set[c][w]); if (k != NO_PAGE) used[k] = 1; }
+  }
+  for (size_t i = 0, run; i < f->npages; i += run ? run : 1) {
+    for (run = 0; i + run < f->npages && !used[i + run]; run++) {}
+    if (run) fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                       (off_t)((HEADER_PAGES + i) * CA_OS_PAGE), (off_t)(run * CA_OS_PAGE));
+  }
+  _ca_os_unmap(used, f->npages);
+}
+
+/* Publish the sets of map (all of them pages of f) as this machine's set file, replacing any
+   there; the unused pages are given back.  `colours` is the level's colour count. */
+bool _ca_setfile_publish(ca_setfile_t* f, const ca_colour_map_t* map, uint32_t colours, const ca_timing_probe_t* tp) {
+  if (f->fd < 0 || map->ncolours == 0) return false;
+  setfile_header_t* h = (setfile_header_t*)f->base;
+  for (uint32_t c = 0; c < map->ncolours; c++) {
+    h->ref[c] = page_no(f, map->ref[c]);
+    for (uint32_t w = 0; w < map->ways; w++) h->set[c][w] = page_no(f, map->set[c][w]);
+    if (h->ref[c] == NO_PAGE) return false;        /* a set of other pages: not this file's */
+  }
+  punch_unused(f, map);
+  h->header_pages = HEADER_PAGES;
+  h->npages = (uint32_t)f->npages;
+  h->ways = map->ways;
+  h->colours = colours;
+  h->known = map->ncolours;
+  h->set_ratio_pct = tp->set_ratio_pct;
+  h->passes = (uint32_t)tp->passes;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  h->written_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+  _ca_machine_key(h->machine, sizeof h->machine);
+  memcpy(h->magic, MAGIC, 8);
+  char path[512], tmp[540], fdpath[64];
+  if (!_ca_setfile_path(path, sizeof path)) return false;
+  ca_buf_t b = ca_buf(tmp, sizeof tmp);
+  ca_buf_str(&b, path); ca_buf_str(&b, ".new."); ca_buf_u64(&b, (uint64_t)getpid());
+  b = ca_buf(fdpath, sizeof fdpath);
+  ca_buf_str(&b, "/proc/self/fd/"); ca_buf_u64(&b, (uint64_t)f->fd);
+  unlink(tmp);
+  if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) return false;
+  if (rename(tmp, path) != 0) { unlink(tmp); return false; }
+  f->published = true;
+  return true;
+}
+
+/* Map this machine's set file: its sets into map (known colours, in its order), the level's
+   colour count into *colours.  False when there is none, or one for another machine. */
+bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) {
+  char path[512], key[256];
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  if (_ca_colour_opt(CA_COPT_SHARE) == 0 || !_ca_setfile_path(path, sizeof path)) return false;
+  int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st;
+  if (fd < 0) return false;
+  if (fstat(fd, &st) != 0 || st.st_uid != getuid() || (size_t)st.st_size < HEADER_PAGES * CA_OS_PAGE) { close(fd); return false; }
+  size_t len = (size_t)st.st_size;
+  uint8_t* base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) { close(fd); return false; }
+  const setfile_header_t* h = (const setfile_header_t*)base;
+  _ca_machine_key(key, sizeof key);
+  bool ok = memcmp(h->magic, MAGIC, 8) == 0 && h->header_pages == HEADER_PAGES &&
+            (size_t)(HEADER_PAGES + h->npages) * CA_OS_PAGE <= len && h->ways >= 1 && h->ways <= CA_WAYS_MAX &&
+            h->known >= 1 && h->known <= CA_COLOURS_MAX && h->known <= h->colours && h->colours <= CA_COLOURS_MAX &&
+            strncmp(h->machine, key, sizeof h->machine) == 0;
+  for (uint32_t c = 0; ok && c < h->known; c++) {
+    ok = h->ref[c] < h->npages;
+    for (uint32_t w = 0; ok && w < h->ways; w++) ok = h->set[c][w] < h->npages;
+  }
+  if (!ok) { munmap(base, len); close(fd); return false; }
+  f->fd = fd;
+  f->base = base;
+  f->len = len;
+  f->pages = base + HEADER_PAGES * CA_OS_PAGE;
+  f->npages = h->npages;
+  f->published = true;
+  name_frames(fd, f->pages, f->npages);
+  memset(map, 0, sizeof *map);
+  map->ways = h->ways;
+  map->ncolours = h->known;
+  for (uint32_t c = 0; c < h->known; c++) {
+    map->ref[c] = f->pages + (size_t)h->ref[c] * CA_OS_PAGE;
+    for (uint32_t w = 0; w < h->ways; w++) map->set[c][w] = f->pages + (size_t)h->set[c][w] * CA_OS_PAGE;
+  }
+  *colours = h->colours;
+  f->hint_ratio_pct = h->set_ratio_pct;
+  f->hint_passes = h->passes;
+  return true;
+}
+
+void _ca_setfile_close(ca_setfile_t* f) {
+  if (f->base) munmap(f->base, f->len);
+  if (f->fd >= 0) close(f->fd);
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+}
+
+/* The set file of this machine goes (chromalloc calibrate writes a new one; tests). */
+void _ca_setfile_remove(void) {
+  char path[512];
+  if (_ca_setfile_path(path, sizeof path)) unlink(path);
+}
+
+#ifdef CA_TEST_HOOKS
+/* tests: the published file's sets of colours 0 and 1 trade a member, so that neither holds */
+bool _ca_setfile_test_spoil(void) {
+  ca_setfile_t f;
+  ca_colour_map_t m;
+  uint32_t colours;
+  if (!_ca_setfile_open(&f, &m, &colours) || m.ncolours < 2) return false;
+  setfile_header_t* h = (setfile_header_t*)f.base;
+  uint32_t t = h->set[0][0];
+  h->set[0][0] = h->set[1][0];
+  h->set[1][0] = t;
+  _ca_setfile_close(&f);
+  return true;
+}
+#endif
