@@ -37,7 +37,7 @@ ca_export int chromalloc_colours_reserve(int colours) { return _ca_colour_reserv
 ca_export int chromalloc_calibrate(const char* profile, int flags, char* summary, size_t len) {
   _ca_started();
   static ca_calibration_t cal;
-  bool usable = _ca_calibrate(&cal, (flags & CHROMALLOC_CALIBRATE_QUICK) != 0);
+  bool usable = _ca_calibrate(&cal, (flags & CHROMALLOC_CALIBRATE_QUICK) != 0, (flags & CHROMALLOC_CALIBRATE_NO_SAVE) == 0);
   ca_buf_t b = ca_buf(summary, len);
   if (flags & CHROMALLOC_CALIBRATE_JSON) _ca_calibration_json(&cal, &b);
   else _ca_calibration_summary(&cal, &b);

@@ -602,7 +602,7 @@ static double agreement(ca_probe_t* p, const ca_colour_map_t* a, const ca_colour
   return *both ? (double)agree / *both : 0;
 }
 
-bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
+bool _ca_calibrate(ca_calibration_t* cal, bool quick, bool write_sets) {
   memset(cal, 0, sizeof *cal);
   uint64_t start = _ca_clock_ns();
   _ca_machine_key(cal->cpu, sizeof cal->cpu);
@@ -628,7 +628,8 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
   cal->ticks_per_us = _ca_ticks_per_us();
   ca_probe_t* p = &tp.base;
   uint64_t rng = 0x2545F4914F6CDD1Dull ^ _ca_clock_ns();
-  ca_page_source_t a_src = {0}, b_src = {0}, c_src = {0};
+  ca_page_source_t a_src = { .fd = -1 }, b_src = { .fd = -1 }, c_src = { .fd = -1 };
+  ca_setfile_t file = { .fd = -1 };
   static ca_colour_map_t a, b;
   if (!ok) {
     ca_buf_str(&why, "timing cannot tell the level from what lies beyond it here");
@@ -639,9 +640,13 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
   cal->pagemap_valid = _ca_colour_try_pagemap(p, cal->ways, cal->expected_colours, &cal->pagemap_readable);
   cal->method = cal->address_bits_valid ? CA_METHOD_ADDRESS_BITS : cal->pagemap_valid ? CA_METHOD_PAGEMAP : CA_METHOD_TIMING;
 
-  /* discover the colours with eviction sets (also what the address methods are checked against) */
+  /* discover the colours with eviction sets (also what the address methods are checked against),
+     in the pages of a new set file when it is to be written (the user's processes then load
+     every colour's set from it) */
   size_t npages = quick ? 2048 : 4096;
-  if (!_ca_page_source_init(&a_src, npages)) { ca_buf_str(&why, "out of memory"); ok = false; goto out; }
+  bool filed = write_sets && _ca_setfile_create(&file, npages) &&
+               _ca_page_source_init_file(&a_src, file.pages, file.npages, file.fd, (size_t)(file.pages - file.base));
+  if (!filed && !_ca_page_source_init(&a_src, npages)) { ca_buf_str(&why, "out of memory"); ok = false; goto out; }
   memset(&a, 0, sizeof a);
   a.ways = cal->ways;
   _ca_colour_discover(p, &a, &a_src, 0, cal->expected_colours, quick ? 20000 : 60000, &rng, &cal->discovery);
@@ -690,7 +695,9 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick) {
 out:
   cal->usable = ok && cal->colours >= 2 && (quick || cal->agreement >= 0.9);
   if (ok && !cal->usable && cal->reason[0] == 0) ca_buf_str(&why, "two independent calibrations disagree");
+  cal->sets_written = cal->usable && file.fd >= 0 && _ca_setfile_publish(&file, &a, cal->colours, &tp);
   _ca_page_source_free(&a_src);
+  _ca_setfile_close(&file);
   _ca_page_source_free(&b_src);
   _ca_page_source_free(&c_src);
   if (tp.scratch != NULL) _ca_os_unmap(tp.scratch, tp.scratch_len);

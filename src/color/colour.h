@@ -314,11 +314,12 @@ typedef struct ca_calibration_s {
   double   unclassified;                  /* fraction of pages no set claimed */
   double   seconds;                       /* the whole calibration */
   bool     usable;                        /* colours can be controlled here */
+  bool     sets_written;                  /* every colour's set went to the set file (setfile.c) */
   char     reason[160];                   /* why not, when not */
   char     cpu[192];                      /* the profile's machine (_ca_machine_key) */
 } ca_calibration_t;
 
-bool _ca_calibrate(ca_calibration_t* cal, bool quick);
+bool _ca_calibrate(ca_calibration_t* cal, bool quick, bool write_sets);
 /* the machine a profile or a set file is for: CPU model, family, model, stepping and cache
    geometry (a described machine: its description) */
 void _ca_machine_key(char* out, size_t len);

@@ -228,6 +228,11 @@ void _ca_calibration_summary(const ca_calibration_t* c, ca_buf_t* b) {
       ca_buf_str(b, "% of "); ca_buf_u64(b, c->agreement_pages); ca_buf_str(b, " pages classified by both");
     }
   }
+  if (c->sets_written) {
+    char path[512];
+    ca_buf_str(b, "\n  eviction sets of every colour shared with this user's processes: ");
+    ca_buf_str(b, _ca_setfile_path(path, sizeof path) ? path : "?");
+  }
   ca_buf_str(b, "\n  verdict: ");
   if (c->usable) ca_buf_str(b, "colours of this level can be controlled here");
   else { ca_buf_str(b, "colours cannot be controlled here: "); ca_buf_str(b, c->reason); }

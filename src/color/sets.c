@@ -48,10 +48,13 @@ static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
   ca_page_pool_t* pool = vouched_pool((int)flavour);
   bool ok = atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY && pool != NULL && _ca_pool_fill(pool, base, bytes);
   if (ok) s->filled_spans++; else s->fallback_spans++;
-  /* the stock must cover the biggest request seen (up to STOCK_MAX): the next one of that size
-     is then filled */
-  size_t need = bytes / CA_OS_PAGE + STOCK_CHUNK / 8;
+  /* the stock must cover a request it could not fill (up to STOCK_MAX): the next one of that size
+     is then filled.  Once it is, the stock goes back to colour_pool: a polluter's buffer freed
+     is kept whole for the next one (large.c), and a stock kept for it too held 4 MiB of a
+     process's 13 (a 4 MiB buffer per round, bench/colour/vp.c) */
+  size_t need = bytes / CA_OS_PAGE + STOCK_CHUNK / 8, stock0 = (size_t)_ca_colour_opt(CA_COPT_POOL) * 256;
   if (!ok && s->target < need) s->target = need < STOCK_MAX ? need : STOCK_MAX;
+  if (ok && s->target > stock0) s->target = stock0;
   size_t stock = s->pool.count, target = s->target;
   _ca_unlock(&L.lock);
   if (stock < target / 2 || !ok) _ca_cs_wake_worker();

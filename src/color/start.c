@@ -163,13 +163,11 @@ static bool file_sets_hold(uint32_t n) {
   return true;
 }
 
-/* The set file's sets, when the file holds the colours the registered sets need (at least two)
-   and they check out: then they are the map.  The file's colour count is the process's: every
-   process that loads it names the colours alike. */
-static bool load_setfile(void) {
-  ca_colour_map_t m;
-  uint32_t colours;
-  if (!_ca_setfile_open(&L.file, &m, &colours)) return false;
+/* The set file's sets (opened, m and colours), when the file holds the colours the registered
+   sets need (at least two) and they check out: then they are the map.  The file's colour count
+   is the process's: every process that loads it names the colours alike. */
+static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
+  ca_colour_map_t m = *opened;
   L.file_checks++;
   uint32_t was_colours = L.cal.colours;
   _ca_lock(&L.lock);
@@ -262,6 +260,10 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
     L.cal.method = CA_METHOD_TIMING;
   }
   size_t level_bytes = l2 && l2->size > (1u << 20) ? l2->size : (1u << 20);
+  /* a set file spares the probe its stream: the file's sets place the rule */
+  static ca_colour_map_t opened;
+  uint32_t file_colours = 0;
+  bool have_file = _ca_setfile_open(&L.file, &opened, &file_colours);
   /* the probe measures for about 3 s before it gives up; a busy moment can last longer (pv
      frames streams 3 MiB per frame on the other core: 2 runs of 7 ran without colours), so the
      worker tries again for a minute, the layer calibrating meanwhile.  One second between two
@@ -271,15 +273,19 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
   uint64_t t0 = _ca_clock_ns();
   for (int tries = 0; tries < 15 && !probe; tries++) {
     if (tries > 0) { struct timespec t = { 1, 0 }; nanosleep(&t, NULL); }
-    probe = _ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways);
+    probe = _ca_probe_init(&L.probe, have_file ? 0 : level_bytes, _ca_machine.l1d.ways);
   }
   L.probe_ns = _ca_clock_ns() - t0;
   if (!probe) { *why = "timing cannot tell the L2 from what lies beyond it"; return START_RETRY; }
   L.map.ways = L.cal.ways;
   t0 = _ca_clock_ns();
-  bool loaded = load_setfile();
+  bool loaded = have_file && load_setfile(&opened, file_colours);
   L.discover_ns = _ca_clock_ns() - t0;
   if (loaded) return START_OK;
+  if (have_file && !_ca_probe_init(&L.probe, level_bytes, _ca_machine.l1d.ways)) {   /* with its stream now */
+    *why = "timing cannot tell the L2 from what lies beyond it";
+    return START_RETRY;
+  }
   if (!build_source()) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
   if (!L.cal_from_profile) {
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;

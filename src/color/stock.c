@@ -179,6 +179,7 @@ int _ca_cs_classify(void* page, const ca_plan_t* plan, int* colour) {
       return plan->id[i];
     }
   }
+  for (int k = 0; k < nasked; k++) if (said[k] < 0) { L.undecided++; break; }
   return 0;
 }
 

@@ -84,6 +84,10 @@ void* _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) {
   _ca_ensure_init();
   ca_segment_t* reuse = flavour != 0 && align <= CA_OS_PAGE ? kept_take(n, flavour) : NULL;
   if (reuse != NULL) {
+    /* the segment cache is purged on its own calls only: a program whose large objects all come
+       from kept ones now (a polluter's buffer, reused whole) would keep the ordinary segments it
+       cached before resident for good */
+    _ca_segment_cache_purge(false);
     _ca_stat_inc(&_ca_stats.large_kept_reuse, 1);
     account_alloc(reuse);
     if (zero) memset(reuse->large_ptr, 0, n);

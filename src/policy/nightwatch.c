@@ -89,8 +89,8 @@ static void turn_off(const char* why) {
 /* the flavour of restrictive memory (0: ordinary, the colour layer is not there) */
 static uint8_t restrictive_flavour(void) {
   if (NW.restrict_id == 0) {
-    /* not before nightwatch_delay: the colour layer's start costs a CPU for seconds (a 0.5 s
-       program under it took 20% longer), which a program that ends soon never gets back */
+    /* not before nightwatch_delay: a program that ends soon never gets back what the colour
+       layer's start costs (0.1-0.3 s of a CPU with the set file, about a second without) */
     if (_ca_clock_ns() - NW.start_ns < (uint64_t)nw_opt(NW_OPT_DELAY) * 1000000u) return 0;
     int id = _ca_colour_set(0, 1, 8);
     NW.restrict_id = id > 0 ? id : -1;
@@ -419,10 +419,10 @@ static const ca_option_desc_t options[NW_OPT_COUNT] = {
                        "allocations, each on pages of its own, judged together per context), and serves a span size "
                        "class (up to 64 KiB) from restrictive spans while its sampled contexts are polluters; with 0, "
                        "span-class chunks of a page or more are named one by one" },
-  [NW_OPT_DELAY]   = { "nightwatch_delay", 1000, 0, 3600000, NULL,
-                       "NightWatch starts the colour layer (seconds of one CPU's time to find the colours) only once "
-                       "the process has run this many ms: a shorter program never pays for it, and its restrictive "
-                       "chunks until then are ordinary memory" },
+  [NW_OPT_DELAY]   = { "nightwatch_delay", 200, 0, 3600000, NULL,
+                       "NightWatch starts the colour layer (0.1-0.3 s of a CPU's time with the user's set file, about a "
+                       "second without) only once the process has run this many ms: a shorter program never pays for "
+                       "it, and its restrictive chunks until then are ordinary memory" },
 };
 
 const ca_layer_t _ca_layer_nightwatch = {
