@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""How soon, and at what cost, the cache runtime protects an unmodified program: a victim and a
+polluter in one process (bench/colour/vp.c), under glibc, mimalloc and both chromalloc libraries.
+
+  python3 bench/colour_start.py [--seconds 2,5,20] [--procs 10] [--variants plain]
+                                [--configs glibc,mimalloc,chromalloc,colour,colour-cold] [--out DIR]
+
+Configurations:
+  glibc, mimalloc   the peers (no colours: the victim's gap stays)
+  chromalloc        build/libchromalloc.so, the allocator alone
+  colour            build/libchromalloc-colour.so with a machine profile and the set file that
+                    `chromalloc calibrate` writes, made once at the start into the run's own
+                    directory (CHROMALLOC_PROFILE, CHROMALLOC_SETS): the usual case
+  colour-cold       the same library with neither: every process finds its own colours
+Variants (vp's options): plain (the program alone), streamer (a second thread streams 64 MiB:
+the L3 the worker's CPU shares is thrashed), busy (a second thread spins: both CPUs busy).
+
+Each configuration runs `vp --seconds=S` `--procs` times per duration, the configurations
+interleaved (their order turns by one each repetition), every process through build/bench/launch
+(wall time, peak RSS) with CHROMALLOC_STATS.  The victim alone (`vp --alone`) runs 3 times per
+configuration and variant first.  Per process: the victim's ns per node from the 2nd second on,
+over its median alone (the ratio), rounds, peak RSS; for the cache runtime also when the layer
+was asked for, when its sets were ready and its first stock in (ms after asking), the worker's CPU
+then and in all, where its sets came from, and the share of rounds protected (polluter chunks
+given restrictive pages, over rounds: NightWatch's restrictive less restrictive_ordinary).
+
+Targets (issue 47; reported, never enforced): first stock within 1 s of asking in 19 of 20
+`colour` processes; the victim with the polluter within 1.2x of alone from the 2nd second on
+(median per duration); worker CPU at most 0.5 s per process.
+
+Writes colour_start.csv (every process), colour_start.json (summary, targets, command, machine) and
+colour_start.png to bench/results/ (or --out)."""
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+import run as harness
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "bench"
+VP = BUILD / "vp"
+TOOL = ROOT / "tools" / "chromalloc"
+LEAN = ROOT / "build" / "libchromalloc.so"
+COLOUR = ROOT / "build" / "libchromalloc-colour.so"
+VARIANTS = {"plain": [], "streamer": ["--streamer"], "busy": ["--busy"]}
+CONFIGS = ["glibc", "mimalloc", "chromalloc", "colour", "colour-cold"]
+say = harness.say
+
+
+def build(cc):
+    harness.build(cc)                                   # launch, and the suite's programs
+    cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-pthread", "-o", str(VP), str(ROOT / "bench" / "colour" / "vp.c")]
+    r = harness.run_quiet(cmd)
+    if r.returncode != 0:
+        sys.exit(f"colour_start: build failed: {' '.join(cmd)}\n{r.stdout}")
+
+
+def config_table(work):
+    """name -> (preload or None, extra environment); colour-cold's paths are made per process"""
+    return {
+        "glibc": (None, {}),
+        "mimalloc": (str(harness.LIBDIR / "libmimalloc.so.2"), {}),
+        "chromalloc": (str(LEAN), {}),
+        "colour": (str(COLOUR), {"CHROMALLOC_PROFILE": str(work / "profile.json"), "CHROMALLOC_SETS": str(work / "sets")}),
+        "colour-cold": (str(COLOUR), {}),
+    }
+
+
+def calibrate(work):
+    env = dict(os.environ, CHROMALLOC_SETS=str(work / "sets"))
+    env.pop("LD_PRELOAD", None)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(TOOL), "calibrate", "--lib", str(COLOUR), "--out", str(work / "profile.json")],
+                       env=env, capture_output=True, text=True, timeout=600)
+    say(r.stdout.strip())
+    say(f"calibrate: {time.monotonic() - t0:.1f} s, exit {r.returncode}")
+    return r.returncode == 0
+
+
+def one(name, table, work, argv, key):
+    """one vp process: a row of measurements (error set when it failed)"""
+    preload, extra = table[name]
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("CHROMALLOC_")}
+    env.update(extra)
+    if name == "colour-cold":
+        cold = work / f"cold-{key}"
+        cold.mkdir(parents=True, exist_ok=True)
+        env.update(CHROMALLOC_PROFILE=str(cold / "profile.json"), CHROMALLOC_SETS=str(cold / "sets"))
+    stats = work / f"stats-{key}.json"
+    report = work / f"launch-{key}"
+    if name.startswith("colour"):
+        env["CHROMALLOC_STATS"] = str(stats)
+    cmd = [str(BUILD / "launch")] + (["-p", preload] if preload else []) + [str(report), str(VP)] + argv
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, err, rep, error = harness.wait_launched(p, 600, report)
+    row = {"config": name, "error": error}
+    if rep:
+        row.update(wall_s=rep[0], rss_mib=rep[1] / 1024, user_s=rep[3], sys_s=rep[4])
+    kv = {}
+    for line in out.splitlines():
+        if line.startswith("RESULT vp"):
+            kv = dict(x.split("=", 1) for x in line.split()[2:])
+    if not kv and not error:
+        row["error"] = "no RESULT line: " + err.strip()[-300:]
+    for k in ("victim_ns", "victim_ns_from2s"):
+        row[k] = float(kv[k]) if k in kv else None
+    row["rounds"] = int(kv["rounds"]) if "rounds" in kv else None
+    if stats.exists():
+        try:
+            s = json.load(open(stats))
+        except ValueError:
+            s = {}
+        c, nw = s.get("colours") or {}, s.get("nightwatch") or {}
+        if c:
+            for k in ("state", "sets_from", "asked_ms", "ready_ms", "stocked_ms", "ready_cpu_ms", "stocked_cpu_ms", "worker_cpu_ms", "worker_paced_ms"):
+                row[k] = c.get(k)
+            if not c.get("stocked_ms"):
+                row["stocked_ms"] = None                # never stocked
+            restrictive, ordinary = nw.get("restrictive", 0), nw.get("restrictive_ordinary", 0)
+            row["protected"] = (restrictive - ordinary) / row["rounds"] if row.get("rounds") else None
+        stats.unlink()
+    return row
+
+
+def l2_geometry():
+    """the L2 as sysfs describes it: "1024K 8-way", or None"""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for d in sorted(base.glob("index*")):
+        try:
+            if (d / "level").read_text().strip() == "2":
+                return f"{(d / 'size').read_text().strip()} {(d / 'ways_of_associativity').read_text().strip()}-way"
+        except OSError:
+            pass
+    return None
+
+
+def med(rows, k):
+    xs = [r[k] for r in rows if r.get(k) is not None]
+    return (statistics.median(xs), min(xs), max(xs)) if xs else (None, None, None)
+
+
+def fmt(t, spec=".2f"):
+    m, lo, hi = t
+    return "-" if m is None else f"{m:{spec}} ({lo:{spec}}-{hi:{spec}})"
+
+
+def plot(rows, alone, args, path):
+    plt = harness.load_matplotlib()
+    if plt is None:
+        say("matplotlib not available: colour_start.png not written")
+        return
+    groups = [(v, s) for v in args.variants for s in args.seconds]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    ax = axes[0]
+    width = 0.8 / len(args.configs)
+    for i, name in enumerate(args.configs):
+        xs, ys = [], []
+        for g, (v, s) in enumerate(groups):
+            for r in rows:
+                if r["config"] == name and r["variant"] == v and r["seconds"] == s and r.get("ratio"):
+                    xs.append(g + (i - (len(args.configs) - 1) / 2) * width)
+                    ys.append(r["ratio"])
+        ax.scatter(xs, ys, s=12, label=name, color=harness.COLORS.get(name))
+    ax.axhline(1.2, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xticks(range(len(groups)), [f"{v} {s} s" for v, s in groups], rotation=20)
+    ax.set_ylabel("victim ns from the 2nd second / victim alone")
+    ax.set_title("the victim beside the polluter (target 1.2)")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for i, name in enumerate([c for c in args.configs if c.startswith("colour")]):
+        xs, ys = [], []
+        for g, (v, s) in enumerate(groups):
+            for r in rows:
+                if r["config"] == name and r["variant"] == v and r["seconds"] == s:
+                    xs.append(g + (i - 0.5) * 0.3)
+                    ys.append((r.get("stocked_ms") or 60000) / 1000)
+        ax.scatter(xs, ys, s=12, label=name)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(groups)), [f"{v} {s} s" for v, s in groups], rotation=20)
+    ax.set_ylabel("first stock in, s after asking (60: never)")
+    ax.set_title("the cache runtime's start (target 1 s)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    say(f"wrote {os.path.relpath(path, ROOT)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", default="2,5,20")
+    ap.add_argument("--procs", type=int, default=10)
+    ap.add_argument("--variants", default="plain")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--alone-reps", type=int, default=3)
+    ap.add_argument("--out", default=str(harness.RESULTS))
+    args = ap.parse_args()
+    args.seconds = [float(s) for s in args.seconds.split(",")]
+    args.variants = args.variants.split(",")
+    args.configs = args.configs.split(",")
+    for v in args.variants:
+        if v not in VARIANTS:
+            sys.exit(f"colour_start: unknown variant {v} (plain, streamer, busy)")
+    for c in args.configs:
+        if c not in CONFIGS:
+            sys.exit(f"colour_start: unknown configuration {c} ({', '.join(CONFIGS)})")
+    if not LEAN.exists() or not COLOUR.exists():
+        sys.exit("colour_start: build the libraries first (make)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    build(os.environ.get("CC", "cc"))
+    if "mimalloc" in args.configs and not harness.ensure_preloads([harness.Allocator("mimalloc", str(harness.LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0")]):
+        args.configs.remove("mimalloc")
+    work = Path(tempfile.mkdtemp(prefix="colour-start-"))
+    table = config_table(work)
+    t0 = time.monotonic()
+    if "colour" in args.configs and not calibrate(work):
+        say("colour_start: calibration failed: the colour configuration runs without a usable profile")
+    rows, alone, k = [], {}, 0
+    for v in args.variants:
+        for rep in range(args.alone_reps):
+            for name in harness.rotated(args.configs, rep):
+                r = one(name, table, work, ["--alone", "--seconds=2"] + VARIANTS[v], f"alone-{k}")
+                k += 1
+                alone.setdefault((v, name), []).append(r.get("victim_ns_from2s"))
+    alone = {key: statistics.median([x for x in xs if x]) for key, xs in alone.items() if any(xs)}
+    for v in args.variants:
+        for s in args.seconds:
+            for rep in range(args.procs):
+                for name in harness.rotated(args.configs, rep):
+                    r = one(name, table, work, [f"--seconds={s:g}"] + VARIANTS[v], f"{k}")
+                    k += 1
+                    r.update(variant=v, seconds=s, rep=rep)
+                    a = alone.get((v, name))
+                    r["alone_ns"] = a
+                    r["ratio"] = r["victim_ns_from2s"] / a if a and r.get("victim_ns_from2s") else None
+                    rows.append(r)
+                    if r["error"]:
+                        say(f"  !! {v} {s:g} s {name} rep {rep + 1}: {r['error']}")
+                say(f"  {v} {s:g} s: repetition {rep + 1}/{args.procs} done ({time.monotonic() - t0:.0f} s)")
+    keys = ["variant", "seconds", "config", "rep", "error", "victim_ns", "victim_ns_from2s", "alone_ns", "ratio", "rounds",
+            "wall_s", "rss_mib", "user_s", "sys_s", "state", "sets_from", "asked_ms", "ready_ms", "stocked_ms",
+            "ready_cpu_ms", "stocked_cpu_ms", "worker_cpu_ms", "worker_paced_ms", "protected"]
+    harness.write_csv(out / "colour_start.csv", keys, [[r.get(k) for k in keys] for r in rows])
+    summary, targets = [], []
+    say("\nmedian (range) over processes; ratio = victim ns from the 2nd second / victim alone")
+    say(f"{'variant':8} {'s':>4} {'config':12} {'ratio':>20} {'stocked ms':>20} {'worker CPU ms':>20} {'peak RSS MiB':>20} {'protected':>18} failed")
+    for v in args.variants:
+        for s in args.seconds:
+            for name in args.configs:
+                rs = [r for r in rows if r["variant"] == v and r["seconds"] == s and r["config"] == name]
+                ok = [r for r in rs if not r["error"]]
+                e = {"variant": v, "seconds": s, "config": name, "processes": len(rs), "failed": len(rs) - len(ok),
+                     "alone_ns": alone.get((v, name)), "ratio": med(ok, "ratio"), "stocked_ms": med(ok, "stocked_ms"),
+                     "worker_cpu_ms": med(ok, "worker_cpu_ms"), "rss_mib": med(ok, "rss_mib"), "protected": med(ok, "protected"),
+                     "never_stocked": sum(1 for r in ok if name.startswith("colour") and r.get("stocked_ms") is None)}
+                summary.append(e)
+                say(f"{v:8} {s:>4g} {name:12} {fmt(e['ratio']):>20} {fmt(e['stocked_ms'], '.0f'):>20} "
+                    f"{fmt(e['worker_cpu_ms'], '.0f'):>20} {fmt(e['rss_mib'], '.1f'):>20} {fmt(e['protected']):>18} {e['failed']}")
+        col = [r for r in rows if r["variant"] == v and r["config"] == "colour" and not r["error"]]
+        if col:
+            fast = sum(1 for r in col if r.get("stocked_ms") is not None and r["stocked_ms"] <= 1000)
+            targets.append({"variant": v, "target": "colour: first stock within 1 s of asking, 19 of 20 processes",
+                            "value": f"{fast} of {len(col)}", "met": fast * 20 >= len(col) * 19})
+            for s in args.seconds:
+                m = med([r for r in col if r["seconds"] == s], "ratio")[0]
+                targets.append({"variant": v, "target": f"colour {s:g} s: victim within 1.2x of alone from the 2nd second (median)",
+                                "value": None if m is None else round(m, 3), "met": m is not None and m <= 1.2})
+            worst = max((r.get("worker_cpu_ms") or 0) for r in col)
+            over = sum(1 for r in col if (r.get("worker_cpu_ms") or 0) > 500)
+            targets.append({"variant": v, "target": "colour: worker CPU at most 0.5 s per process",
+                            "value": f"max {worst} ms, {over} of {len(col)} over", "met": over == 0})
+    say("\nTargets (reported, not enforced):")
+    for t in targets:
+        say(f"  {'met ' if t['met'] else 'MISS'}  [{t['variant']}] {t['target']}: {t['value']}")
+    allocs = [harness.Allocator(n, table[n][0], env=table[n][1], package="libmimalloc2.0" if n == "mimalloc" else None) for n in args.configs]
+    machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
+    machine["l2"] = l2_geometry()
+    doc = {"command": " ".join(sys.argv), "machine": machine,
+           "alone_ns": {f"{v}/{n}": x for (v, n), x in alone.items()}, "summary": summary, "targets": targets,
+           "seconds": time.monotonic() - t0}
+    harness.write_json(out / "colour_start.json", doc)
+    plot(rows, alone, args, out / "colour_start.png")
+    say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'colour_start.csv', ROOT)})")
+
+
+if __name__ == "__main__":
+    main()
