@@ -435,7 +435,10 @@ static void touch_free(ca_page_source_t* src) {
   for (size_t i = 0; i < src->npages; i++)
     if (!src->reserved[i]) {
       memset(src->pages[i], 0, 64);
-      ((uint64_t*)src->pages[i])[8] = stamp + i;   /* pages alike could be merged into one frame (KSM) */
+      /* bytes of its own, where no reference's chase writes (probe.c): pages alike can be merged
+         into one frame by the host (KSM), and references that were all one chase were (a set
+         file's sets stopped evicting their references within minutes) */
+      ((uint64_t*)src->pages[i])[1] = stamp + i;
     }
   src->trimmed = false;
 }
@@ -683,11 +686,12 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick, bool write_sets) {
     }
     cal->pool_4mib_s = found >= pool_pages ? (double)(_ca_clock_ns() - t0) / 1e9 : -1;
 
-    /* agreement of an independent second calibration, on pages neither used */
+    /* agreement of an independent second calibration of eight colours, on pages neither used
+       (all of them took as long again: a calibration of 32 colours ran 6-23 s) */
     if (_ca_page_source_init(&b_src, npages)) {
       memset(&b, 0, sizeof b);
       b.ways = cal->ways;
-      _ca_colour_discover(p, &b, &b_src, 0, cal->expected_colours, 60000, &rng, NULL);
+      _ca_colour_discover(p, &b, &b_src, 8, cal->expected_colours, 20000, &rng, NULL);
       cal->agreement = agreement(p, &a, &b, &c_src, 1024, &cal->agreement_pages);
     }
   }

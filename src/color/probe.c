@@ -79,6 +79,8 @@ static void touch(const void* page) {
 static void timing_prepare(ca_probe_t* p, void* r) {
   (void)p;
   uint8_t* b = r;
+  /* the first 8 bytes of each line: bytes 8-15 of the page keep what its source wrote there, so
+     that no two references are alike (calibrate.c, touch_free) */
   /* written only where it differs: references are shared by the worker and the threads that
      ask for a page's colour, and a store, even of the same value, takes the line from the other
      CPU's cache, which then reads as an eviction there (every page of the 7/8 pool read as of

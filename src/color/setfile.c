@@ -31,7 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAGIC          "CASETS01"
+#define MAGIC          "CASETS02"            /* 01: references alike (merged by KSM) */
 #define HEADER_PAGES   4
 #define NO_PAGE        0xffffffffu
 

@@ -152,10 +152,12 @@ static uint32_t estimate_colours(uint32_t expected, size_t level_bytes, uint64_t
 static bool file_sets_hold(uint32_t n) {
   ca_probe_t* p = &L.probe.base;
   uint32_t k = n < 3 ? n : 3;
-  for (int tries = 0; tries < 10; tries++) {
+  for (int tries = 0; tries < 3; tries++) {
     if (tries > 0) { struct timespec t = { 0, 100000000 }; nanosleep(&t, NULL); }
     p->recalibrate(p, (void* const*)L.map.ref, (void* const (*)[CA_WAYS_MAX])L.map.set, k, L.map.ways);
-    if (L.probe.set_ratio_pct >= 140) break;
+    /* sets that do not evict their references at all are stale, not loud (a loud moment reads
+       every group as evicting) */
+    if (L.probe.set_ratio_pct >= 140 || L.probe.set_ratio_pct < 120) break;
   }
   if (L.probe.set_ratio_pct < 140) return false;
   for (uint32_t c = 0; c < n; c++)
@@ -181,9 +183,9 @@ static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
     L.probe.passes = (int)L.file.hint_passes;
     L.probe.passes_chosen = true;
   }
-  /* a check can fail in a loud moment: building sets anew costs far more than two more looks */
+  /* a check can fail in a loud moment: building sets anew costs far more than another look */
   bool enough = need <= m.ncolours, hold = false;
-  for (int look = 0; look < 3 && enough && !hold; look++) {
+  for (int look = 0; look < 2 && enough && !hold && (look == 0 || L.probe.set_ratio_pct >= 120); look++) {
     if (look > 0) { struct timespec t = { 0, 200000000 }; nanosleep(&t, NULL); }
     hold = file_sets_hold(need);
   }

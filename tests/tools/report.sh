@@ -6,8 +6,9 @@
 # fields the older ones lack: the colour worker's cost (pv-frames-stats.json), the slice
 # audit's line (pv-frames-audit-stats.json), the step at which failed eviction-set builds
 # failed and the sets dropped as duplicates (pv-packets-failed-at-stats.json), the judgements
-# that found the stock bad, by cause (pv-packets-suspected-stats.json), and stretches of few
-# claims put down to the supply (pv-packets-claims-short-stats.json).
+# that found the stock bad, by cause (pv-packets-suspected-stats.json); and a `bench/colour/vp.c`
+# run (vp-stats.json) the layer's start, where its sets came from and what it cost, and the
+# restrictive chunks NightWatch decided before the layer could serve them.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
@@ -28,7 +29,9 @@ row=$(grep -F "0x2bf6 (pv)" <<<"$out" | grep -v "verdict\|now " || true)
 grep -q " restrictive " <<<"$row" || { echo "FAIL chromalloc report: the context row of 0x2bf6 (pv) does not say restrictive: $row"; fail=1; }
 grep -qF "    worker:" <<<"$out" && { echo "FAIL chromalloc report: a worker line from statistics without the worker's cost"; fail=1; }
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-stats.json")
-expect "    worker: 6.7 s of CPU, ready 5.5 s after it started; 67 eviction-set builds, 60 failed"
+expect "    start: asked for; sets ready 5.45 s after"
+expect "    worker: 6.67 s of CPU in all; 67 eviction-set builds, 60 failed"
+grep -qF "stocking:" <<<"$out" && { echo "FAIL chromalloc report: a stocking line from statistics without its fields"; fail=1; }
 grep -qF "slice audit:" <<<"$out" && { echo "FAIL chromalloc report: a slice audit line from statistics without the audit"; fail=1; }
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-audit-stats.json")
 expect "    slice audit: 1 groups judged, 0 not of few colours, 16 strays; 32376 pages audited, 2504 turned away"
@@ -39,8 +42,10 @@ expect "    stock judged bad 4 times, sets built again 2 times (judged by claims
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-frames-audit-stats.json")
 expect "    stock judged bad 1 time, sets built again 0 times"
 grep -qF "judged by" <<<"$out" && { echo "FAIL chromalloc report: causes of bad judgements from statistics without them"; fail=1; }
-grep -qF "put down to the supply" <<<"$out" && { echo "FAIL chromalloc report: claims put down to the supply from statistics without them"; fail=1; }
-out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-packets-claims-short-stats.json")
-expect "    stock judged bad 1 time, sets built again 0 times (judged by claims 1); few claims put down to the supply 7 times"
+out=$("$HERE/../../tools/chromalloc" report "$HERE/vp-stats.json")
+expect "    start: asked for 200 ms into the run; sets from set file; sets ready 3 ms after (3 ms of CPU), first stock in 464 ms after (322 ms of CPU)"
+expect "    worker: 0.33 s of CPU in all; 0 eviction-set builds, 0 failed"
+expect "    stocking: 10432 pages classified, 581 could not be told (partly of the slice), 13 batches dropped by their controls"
+expect "16067 restrictive (1879 of them ordinary memory: colours not ready or no stock)"
 [ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
 exit $fail
