@@ -108,6 +108,13 @@ bench: lib
 bench-mimalloc: lib
 	python3 bench/mimalloc_bench.py --suite "$(MIMALLOC_BENCH)"
 
+# The cache runtime's start and cost on an unmodified victim/polluter program (bench/colour/vp.c):
+# 2, 5 and 20 s runs under glibc, mimalloc and both libraries, with and without a machine
+# profile and set file, 10 processes each (about 25 minutes): bench/colour_start.py.
+.PHONY: bench-colour-start
+bench-colour-start: lib
+	python3 bench/colour_start.py
+
 # A short tour (under a minute): the allocator's index benchmark at a few sizes (chromalloc, its
 # index-unfriendly layout and whichever peers are installed), then the cache runtime protecting a
 # victim from a streamed polluter (tools/demo_protect.py: a table and build/demo/protect.png).
