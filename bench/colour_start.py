@@ -60,13 +60,18 @@ def config_table(work):
         "glibc": (None, {}),
         "mimalloc": (str(harness.LIBDIR / "libmimalloc.so.2"), {}),
         "chromalloc": (str(LEAN), {}),
-        "colour": (str(COLOUR), {"CHROMALLOC_PROFILE": str(work / "profile.json"), "CHROMALLOC_SETS": str(work / "sets")}),
+        "colour": (str(COLOUR), {"CHROMALLOC_PROFILE": str(work / "profile.json"), "CHROMALLOC_SETS": shm_path(work, "colour")}),
         "colour-cold": (str(COLOUR), {}),
     }
 
 
+def shm_path(work, name):
+    """a set file of the run's own, on tmpfs (only tmpfs keeps a file's frames: setfile.c)"""
+    return f"/dev/shm/chromalloc-bench-{work.name}-{name}.sets"
+
+
 def calibrate(work):
-    env = dict(os.environ, CHROMALLOC_SETS=str(work / "sets"))
+    env = dict(os.environ, CHROMALLOC_SETS=shm_path(work, "colour"))
     env.pop("LD_PRELOAD", None)
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, str(TOOL), "calibrate", "--lib", str(COLOUR), "--out", str(work / "profile.json")],
@@ -84,7 +89,7 @@ def one(name, table, work, argv, key):
     if name == "colour-cold":
         cold = work / f"cold-{key}"
         cold.mkdir(parents=True, exist_ok=True)
-        env.update(CHROMALLOC_PROFILE=str(cold / "profile.json"), CHROMALLOC_SETS=str(cold / "sets"))
+        env.update(CHROMALLOC_PROFILE=str(cold / "profile.json"), CHROMALLOC_SETS=shm_path(work, f"cold-{key}"))
     stats = work / f"stats-{key}.json"
     report = work / f"launch-{key}"
     if name.startswith("colour"):
@@ -118,6 +123,8 @@ def one(name, table, work, argv, key):
             restrictive, ordinary = nw.get("restrictive", 0), nw.get("restrictive_ordinary", 0)
             row["protected"] = (restrictive - ordinary) / row["rounds"] if row.get("rounds") else None
         stats.unlink()
+    if name == "colour-cold":
+        Path(shm_path(work, f"cold-{key}")).unlink(missing_ok=True)
     return row
 
 
@@ -280,6 +287,7 @@ def main():
            "alone_ns": {f"{v}/{n}": x for (v, n), x in alone.items()}, "summary": summary, "targets": targets,
            "seconds": time.monotonic() - t0}
     harness.write_json(out / "colour_start.json", doc)
+    Path(shm_path(work, "colour")).unlink(missing_ok=True)
     plot(rows, alone, args, out / "colour_start.png")
     say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'colour_start.csv', ROOT)})")
 

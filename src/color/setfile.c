@@ -15,7 +15,7 @@
    chase holds distances, not addresses, in one order for all (probe.c), so a reference is the
    same bytes wherever it is mapped and is never written again.
 
-   Path: $CHROMALLOC_SETS, else /dev/shm/chromalloc-<uid>-<machine hash>.sets (mode 0600).  A
+   Path: $CHROMALLOC_SETS (on tmpfs), else /dev/shm/chromalloc-<uid>-<machine hash>.sets (mode 0600).  A
    file is written whole under a temporary name and renamed into place: a reader sees a complete
    file or none.  Its frames can move (the host migrates guest memory, or the guest compacts
    it), so a process checks the sets it uses before trusting them (start.c) and writes new
@@ -29,6 +29,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #define MAGIC          "CASETS02"            /* 01: references alike (merged by KSM) */
@@ -65,6 +66,18 @@ bool _ca_setfile_path(char* out, size_t len) {
   return b.len < len;
 }
 
+/* Only tmpfs keeps a file's frames: sets in a file on ext4 (/tmp here) stopped evicting their
+   references within 10-20 s while other processes of the cache runtime ran, where those in
+   /dev/shm held for 20 minutes.  A described machine's frames are simulated: any file serves. */
+static bool keeps_frames(int fd) {
+  struct statfs fs;
+  if (_ca_machine.simulated) return true;
+  if (fstatfs(fd, &fs) == 0 && (uint32_t)fs.f_type == 0x01021994u) return true;   /* TMPFS_MAGIC */
+  static _Atomic(bool) warned;
+  if (!atomic_exchange(&warned, true)) _ca_warn("the set file is not on tmpfs ($CHROMALLOC_SETS): eviction sets stay this process's own");
+  return false;
+}
+
 /* A described machine's L2 is simulated by frame: the file's pages get frames of their own
    (named by the file, so that every process mapping it sees the same ones). */
 static void name_frames(int fd, uint8_t* pages, size_t npages) {
@@ -89,7 +102,7 @@ bool _ca_setfile_create(ca_setfile_t* f, size_t npages) {
   else *slash = 0;
   int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   size_t len = (HEADER_PAGES + npages) * CA_OS_PAGE;
-  if (fd < 0 || ftruncate(fd, (off_t)len) != 0) { if (fd >= 0) close(fd); return false; }
+  if (fd < 0 || !keeps_frames(fd) || ftruncate(fd, (off_t)len) != 0) { if (fd >= 0) close(fd); return false; }
   uint8_t* base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) { close(fd); return false; }
   f->fd = fd;
@@ -170,7 +183,10 @@ bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) 
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   struct stat st;
   if (fd < 0) return false;
-  if (fstat(fd, &st) != 0 || st.st_uid != getuid() || (size_t)st.st_size < HEADER_PAGES * CA_OS_PAGE) { close(fd); return false; }
+  if (fstat(fd, &st) != 0 || st.st_uid != getuid() || (size_t)st.st_size < HEADER_PAGES * CA_OS_PAGE || !keeps_frames(fd)) {
+    close(fd);
+    return false;
+  }
   size_t len = (size_t)st.st_size;
   uint8_t* base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) { close(fd); return false; }

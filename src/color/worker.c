@@ -97,6 +97,9 @@ static void release_chunk(uint8_t* chunk, const bool* taken, bool fresh, ca_page
   }
   if (!fresh) { for (size_t i = 0; i < n; i++) _ca_pool_push(rejected, give[i]); return; }
   if (kept == 0) { _ca_os_unmap(chunk, STOCK_CHUNK * CA_OS_PAGE); return; }
+  /* khugepaged would collapse what is left of the chunk into a new huge page, new frames for the
+     pooled pages (it fills up to 511 missing pages of a range with zeros) */
+  _ca_os_thp(chunk, STOCK_CHUNK * CA_OS_PAGE, false);
   if (n == 0) return;
   void* slot = _ca_colour_slot();
   bool split = slot != NULL && _ca_colour_move_page(give[0], slot) != 0;
