@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <unistd.h>
 
 typedef struct node_s { struct node_s* next; uint64_t pad[7]; } node_t;   /* 64 bytes */
 
@@ -28,23 +29,10 @@ static atomic_bool stop;
 
 static double now_s(void) { return (double)now_ns() * 1e-9; }
 
-/* L2 size in bytes, from sysfs (512 KiB when it cannot be read) */
+/* L2 size in bytes (512 KiB when it is not known) */
 static size_t l2_bytes(void) {
-  for (int i = 0; i < 8; i++) {
-    char path[96], buf[32];
-    long level = 0, kib = 0;
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-    FILE* f = fopen(path, "r");
-    if (!f) break;
-    if (fgets(buf, sizeof buf, f)) level = strtol(buf, NULL, 10);
-    fclose(f);
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    if (level != 2 || !(f = fopen(path, "r"))) continue;
-    if (fgets(buf, sizeof buf, f)) kib = strtol(buf, NULL, 10);
-    fclose(f);
-    if (kib > 0) return (size_t)kib << 10;
-  }
-  return 512 << 10;
+  long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return v >= (64 << 10) ? (size_t)v : 512 << 10;
 }
 
 /* the polluter's call site: its own function, so that its allocation context is its own */
