@@ -20,16 +20,19 @@
                   find the thresholds, discover every colour of the level (and thereby how many
                   there are), measure cost and agreement; `chromalloc calibrate` prints this and
                   saves it as the machine profile (profile.c).
-     pool.c       pages classified by colour, kept in a pool region; handed to spans by moving
-                  them (mremap keeps the frame) and taken back when spans are freed, so no frame
-                  whose colour was paid for is lost.  A background thread classifies pages
-                  lazily, as the requested colour sets need them.
-     recolour.c   move a live page to a frame of another colour: write-protect, copy, remap;
-                  threads touching it meanwhile wait in the fault handler (trap.c).
+     setfile.c    the eviction sets in a file on tmpfs that every process of the user maps, so
+                  that one process's sets serve all (and name the colours alike).
+     pool.c       pages classified by colour, kept in pools; handed to spans by moving them
+                  (move.c: UFFDIO_MOVE or mremap keep the frame) and taken back when spans are
+                  freed, so no frame whose colour was paid for is lost.
+     stock.c      the slice test that classifies fresh pages (a union of two colours' sets at a
+                  time), its batch controls, the pools' re-tests.
+     worker.c     the background thread: starts the layer (start.c), stocks the pools, protects.
+     recolour.c   move a live page to a frame of another colour (move.c).
      protect.c    keep registered live ranges out of a colour set (a polluter's slice): the
-                  worker recolours their pages that lie in it.
-     colourset.c  the public colour sets ("colours from/den to to/den of L2"), the flavours
-                  the core allocates from, and the hooks that fill spans with pooled pages.
+                  worker recolours their pages.
+     sets.c       the public colour sets ("colours from/den to to/den of L2"), the flavours the
+                  core allocates from, and the hooks that fill spans with pooled pages.
 
    Colour sets are slices of a level, never colour counts, so a policy written for "1/8 of the
    L2" works whether the level has 16 or 64 colours.  When colours cannot be controlled (no
@@ -231,7 +234,7 @@ void     _ca_pool_note_moved(size_t n);             /* recoloured pages: VMAs of
 size_t   _ca_pool_moved_limit(void);
 bool     _ca_pool_moves_capped(size_t n);          /* n more mremap moves would pass the limit */
 
-/* ---- the layer at run time (colourset.c) and recolouring (recolour.c) ---------------------- */
+/* ---- the layer at run time (sets.c) and recolouring (recolour.c) ---------------------------- */
 enum { CA_COLOURS_OFF, CA_COLOURS_CALIBRATING, CA_COLOURS_READY, CA_COLOURS_UNAVAILABLE };
 int   _ca_colour_state(void);
 int   _ca_colour_count(void);

@@ -106,13 +106,13 @@ static bool thp_offered(void) {
 }
 
 /* A supply chunk of fresh pages, faulted in: (base, npages).  `*fresh`: the chunk is one huge
-   page, its frames a 2 MiB block of frames the kernel had not just taken back, so those no set
-   takes can go back with the chunk at once (_ca_pool_release) and will not come back in the
-   next one.  Pages of 4 KiB come from the frames given back last first (447 of 512 in the next
-   chunk here), so those are held until a round ends (worker.c).  A huge page is used only where
-   pages move by UFFDIO_MOVE: the pages pooled are moved out of the chunk, which splits it, and
-   the rest is then freed whole (an mremap leaves the huge page in one piece, and its pages
-   unmapped stay allocated until memory runs short: 128 MiB held for 16 MiB pooled here). */
+   page, its frames a 2 MiB block the kernel had not just taken back, so those no set takes can
+   go back at once (worker.c, release_chunk) and will not come back in the next chunk.  Pages of
+   4 KiB come from the frames given back last first (447 of 512 in the next chunk here), so
+   those are held until a round ends.  A huge page is used only where pages move by
+   UFFDIO_MOVE: one page moved out splits it, and the rest is then freed (an mremap leaves the
+   huge page whole, and its pages given back stay allocated until memory runs short: 128 MiB
+   held for 16 MiB pooled here). */
 uint8_t* _ca_pool_supply(size_t npages, bool* fresh) {
   size_t len = npages * CA_OS_PAGE, huge = (size_t)1 << 21;
   *fresh = len % huge == 0 && _ca_move_uffd() && thp_offered() && !_ca_machine.simulated;

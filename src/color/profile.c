@@ -1,10 +1,11 @@
 /* The machine profile: what a calibration found, as JSON, written by `chromalloc calibrate` and
    read back by the library so that it need not rediscover the number of colours, the ways and
-   the method in every process.  Eviction sets are sets of a process's own pages, so they are
-   never saved: every process builds the few it needs (in the background).
+   the method in every process.  It outlives a reboot; the eviction sets do not (they are
+   frames), and go to the set file instead (setfile.c).
 
    Path: $CHROMALLOC_PROFILE, else $XDG_CACHE_HOME/chromalloc/profile.json, else
-   $HOME/.cache/chromalloc/profile.json.  A profile made on another CPU model is ignored. */
+   $HOME/.cache/chromalloc/profile.json.  A profile made on another machine (_ca_machine_key) is
+   ignored. */
 #include "colour.h"
 #include <fcntl.h>
 #include <stdlib.h>
