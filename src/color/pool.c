@@ -53,7 +53,7 @@ void* _ca_pool_pop(ca_page_pool_t* p) { return p->count ? p->pages[--p->count] :
    two, and a chunk's frames fall unevenly on the colours: a 64-page block filled from the top
    of a 7/8 pool evicted itself from the L2 (its pages of four colours or fewer) in 7 of 19
    processes on the Zen 5 host, drawn from anywhere in 0 of 18 (docs/colours.md, "The slice
-   audit").  Also colourset.c's, for the pages it tests. */
+   audit").  Also stock.c's, for the pages it tests. */
 void* _ca_pool_pop_any(ca_page_pool_t* p, uint64_t* rng) {
   if (p->count == 0) return NULL;
   *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
