@@ -17,9 +17,11 @@ the L3 the worker's CPU shares is thrashed), busy (a second thread spins: both C
 
 Each configuration runs `vp --seconds=S` `--procs` times per duration, the configurations
 interleaved (their order turns by one each repetition), every process through build/bench/launch
-(wall time, peak RSS) with CHROMALLOC_STATS.  The victim alone (`vp --alone`) runs 3 times per
-configuration and variant first.  Per process: the victim's ns per node from the 2nd second on,
-over its median alone (the ratio), rounds, peak RSS; for the cache runtime also when the layer
+(wall time, peak RSS) with CHROMALLOC_STATS.  vp times the victim alone in the same process (the
+first 10 ms of every 100 ms): the ratio is the median over the seconds from the 2nd on of that
+second's victim ns with the polluter over its ns alone, so that the host's load, which swings the
+victim's own time 2x between seconds, cancels.  Per process: that ratio, the victim's ns with and
+alone, rounds, peak RSS; for the cache runtime also when the layer
 was asked for, when its sets were ready and its first stock in (ms after asking), the worker's CPU
 then and in all, where its sets came from, and the share of rounds protected (polluter chunks
 given restrictive pages, over rounds: NightWatch's restrictive less restrictive_ordinary).
@@ -106,9 +108,10 @@ def one(name, table, work, argv, key):
             kv = dict(x.split("=", 1) for x in line.split()[2:])
     if not kv and not error:
         row["error"] = "no RESULT line: " + err.strip()[-300:]
-    for k in ("victim_ns", "victim_ns_from2s"):
+    for k in ("victim_ns", "victim_ns_from2s", "alone_ns_from2s", "ratio_from2s"):
         row[k] = float(kv[k]) if k in kv else None
     row["rounds"] = int(kv["rounds"]) if "rounds" in kv else None
+    row["ratio"] = row.pop("ratio_from2s") or None
     if stats.exists():
         try:
             s = json.load(open(stats))
@@ -150,7 +153,7 @@ def fmt(t, spec=".2f"):
     return "-" if m is None else f"{m:{spec}} ({lo:{spec}}-{hi:{spec}})"
 
 
-def plot(rows, alone, args, path):
+def plot(rows, args, path):
     plt = harness.load_matplotlib()
     if plt is None:
         say("matplotlib not available: colour_start.png not written")
@@ -169,7 +172,7 @@ def plot(rows, alone, args, path):
         ax.scatter(xs, ys, s=12, label=name, color=harness.COLORS.get(name))
     ax.axhline(1.2, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(range(len(groups)), [f"{v} {s} s" for v, s in groups], rotation=20)
-    ax.set_ylabel("victim ns from the 2nd second / victim alone")
+    ax.set_ylabel("victim ns with the polluter / alone (from the 2nd second)")
     ax.set_title("the victim beside the polluter (target 1.2)")
     ax.legend(fontsize=8)
     ax = axes[1]
@@ -199,7 +202,6 @@ def main():
     ap.add_argument("--procs", type=int, default=10)
     ap.add_argument("--variants", default="plain")
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--alone-reps", type=int, default=3)
     ap.add_argument("--out", default=str(harness.RESULTS))
     args = ap.parse_args()
     args.seconds = [float(s) for s in args.seconds.split(",")]
@@ -223,14 +225,7 @@ def main():
     t0 = time.monotonic()
     if "colour" in args.configs and not calibrate(work):
         say("colour_start: calibration failed: the colour configuration runs without a usable profile")
-    rows, alone, k = [], {}, 0
-    for v in args.variants:
-        for rep in range(args.alone_reps):
-            for name in harness.rotated(args.configs, rep):
-                r = one(name, table, work, ["--alone", "--seconds=2"] + VARIANTS[v], f"alone-{k}")
-                k += 1
-                alone.setdefault((v, name), []).append(r.get("victim_ns_from2s"))
-    alone = {key: statistics.median([x for x in xs if x]) for key, xs in alone.items() if any(xs)}
+    rows, k = [], 0
     for v in args.variants:
         for s in args.seconds:
             for rep in range(args.procs):
@@ -238,19 +233,16 @@ def main():
                     r = one(name, table, work, [f"--seconds={s:g}"] + VARIANTS[v], f"{k}")
                     k += 1
                     r.update(variant=v, seconds=s, rep=rep)
-                    a = alone.get((v, name))
-                    r["alone_ns"] = a
-                    r["ratio"] = r["victim_ns_from2s"] / a if a and r.get("victim_ns_from2s") else None
                     rows.append(r)
                     if r["error"]:
                         say(f"  !! {v} {s:g} s {name} rep {rep + 1}: {r['error']}")
                 say(f"  {v} {s:g} s: repetition {rep + 1}/{args.procs} done ({time.monotonic() - t0:.0f} s)")
-    keys = ["variant", "seconds", "config", "rep", "error", "victim_ns", "victim_ns_from2s", "alone_ns", "ratio", "rounds",
+    keys = ["variant", "seconds", "config", "rep", "error", "victim_ns", "victim_ns_from2s", "alone_ns_from2s", "ratio", "rounds",
             "wall_s", "rss_mib", "user_s", "sys_s", "state", "sets_from", "asked_ms", "ready_ms", "stocked_ms",
             "ready_cpu_ms", "stocked_cpu_ms", "worker_cpu_ms", "worker_paced_ms", "protected"]
     harness.write_csv(out / "colour_start.csv", keys, [[r.get(k) for k in keys] for r in rows])
     summary, targets = [], []
-    say("\nmedian (range) over processes; ratio = victim ns from the 2nd second / victim alone")
+    say("\nmedian (range) over processes; ratio = victim ns with the polluter / alone, same process and seconds, from the 2nd on")
     say(f"{'variant':8} {'s':>4} {'config':12} {'ratio':>20} {'stocked ms':>20} {'worker CPU ms':>20} {'peak RSS MiB':>20} {'protected':>18} failed")
     for v in args.variants:
         for s in args.seconds:
@@ -258,7 +250,7 @@ def main():
                 rs = [r for r in rows if r["variant"] == v and r["seconds"] == s and r["config"] == name]
                 ok = [r for r in rs if not r["error"]]
                 e = {"variant": v, "seconds": s, "config": name, "processes": len(rs), "failed": len(rs) - len(ok),
-                     "alone_ns": alone.get((v, name)), "ratio": med(ok, "ratio"), "stocked_ms": med(ok, "stocked_ms"),
+                     "alone_ns": med(ok, "alone_ns_from2s"), "ratio": med(ok, "ratio"), "stocked_ms": med(ok, "stocked_ms"),
                      "worker_cpu_ms": med(ok, "worker_cpu_ms"), "rss_mib": med(ok, "rss_mib"), "protected": med(ok, "protected"),
                      "never_stocked": sum(1 for r in ok if name.startswith("colour") and r.get("stocked_ms") is None)}
                 summary.append(e)
@@ -284,11 +276,11 @@ def main():
     machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
     machine["l2"] = l2_geometry()
     doc = {"command": " ".join(sys.argv), "machine": machine,
-           "alone_ns": {f"{v}/{n}": x for (v, n), x in alone.items()}, "summary": summary, "targets": targets,
+           "summary": summary, "targets": targets,
            "seconds": time.monotonic() - t0}
     harness.write_json(out / "colour_start.json", doc)
     Path(shm_path(work, "colour")).unlink(missing_ok=True)
-    plot(rows, alone, args, out / "colour_start.png")
+    plot(rows, args, out / "colour_start.png")
     say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'colour_start.csv', ROOT)})")
 
 

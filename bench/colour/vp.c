@@ -9,14 +9,21 @@
    colour layer gives later buffers pages of 1/8 of the L2's colours: the victim then stays in the
    L2.  No chromalloc API is called: the program is what a user would run.
 
+   The victim alone is measured in the same process, in the same moments: the first 10 ms of every
+   100 ms are laps without the buffer (the first two of each such stretch not counted: they reload
+   what the polluter evicted).  A ratio of two runs would mostly measure how the shared host's
+   load changed between them (the victim's own time swings 2x from second to second here).
+
    Usage: vp [--seconds=S] [--victim-kib=K] [--buf-kib=K] [--alone] [--busy] [--streamer] [--seed=N]
-     --alone     no buffer: the victim alone, the best case
+     --alone     no buffer at all: the victim alone, the best case
      --busy      a second thread spins on arithmetic (both vCPUs busy with the program)
      --streamer  a second thread streams a 64 MiB array without pause (the L3 shared with the
                  worker's CPU is thrashed)
-   Output: one line per second of run time, `SECOND <k> ns=<median ns per node> rounds=<n>`, then
-   `RESULT vp victim_ns=<median> victim_ns_from2s=<median of the rounds after the first second>
-   rounds=<n> seconds=<s> checksum=<hex>` (the checksum depends on the options and the rounds run). */
+   Output: one line per second of run time, `SECOND <k> ns=<median ns per node with the polluter>
+   alone=<median of the laps alone> ratio=<ns/alone> rounds=<n>`, then `RESULT vp victim_ns=<median>
+   victim_ns_from2s=<median of the rounds after the first second> alone_ns_from2s=<the same, alone>
+   ratio_from2s=<median of the per-second ratios after the first second> rounds=<n> seconds=<s>
+   checksum=<hex>` (the checksum depends on the options and the rounds run). */
 #include "../src/bench.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -55,6 +62,27 @@ static void* streamer(void* arg) {
     for (size_t i = 0; i < n; i += 64) b[i]++;
   free((void*)b);
   return arg;
+}
+
+enum { LAP_WITH, LAP_ALONE, LAP_WARM };
+#define WINDOW_MS 100                            /* every 100 ms ...           */
+#define ALONE_MS 10                              /* ... begins with 10 ms alone */
+
+/* the median of the laps of one kind begun in [from, to) seconds (0 when there are none) */
+static double median_of(const double* ns, const double* at, const uint8_t* kind, size_t rounds,
+                        double from, double to, int k, double* tmp) {
+  size_t m = 0;
+  for (size_t i = 0; i < rounds; i++)
+    if (kind[i] == k && at[i] >= from && at[i] < to) tmp[m++] = ns[i];
+  if (m == 0) return 0;
+  qsort(tmp, m, sizeof *tmp, cmp_double);
+  return tmp[m / 2];
+}
+
+static size_t count_of(const double* at, size_t rounds, int s) {
+  size_t m = 0;
+  for (size_t i = 0; i < rounds; i++) m += (int)at[i] == s;
+  return m;
 }
 
 static double opt_num(const char* a, const char* name) {
@@ -101,14 +129,18 @@ int main(int argc, char** argv) {
   size_t cap = 1 << 16, rounds = 0;
   double* ns = check_alloc(malloc(cap * sizeof *ns), cap * sizeof *ns);
   double* at = check_alloc(malloc(cap * sizeof *at), cap * sizeof *at);
+  uint8_t* kind = check_alloc(malloc(cap), cap);    /* LAP_WITH, LAP_ALONE or LAP_WARM */
   uint64_t sum = 0;
   double t0 = now_s(), t = t0;
+  int warm = 0;
   for (; t - t0 < seconds; rounds++) {
-    if (!alone) {
+    bool quiet = alone || (uint64_t)((t - t0) * 1000) % WINDOW_MS < ALONE_MS;
+    if (!quiet) {
       uint8_t* b = polluter_alloc(buf);
       memset(b, (int)(rounds & 0xff), buf);
       sum += *(volatile uint8_t*)(b + buf / 2) != (uint8_t)rounds;   /* 0: read, so written */
       free(b);
+      warm = 0;
     }
     double c0 = now_s();
     node_t* p = start;
@@ -119,30 +151,33 @@ int main(int argc, char** argv) {
       cap *= 2;
       ns = check_alloc(realloc(ns, cap * sizeof *ns), cap * sizeof *ns);
       at = check_alloc(realloc(at, cap * sizeof *at), cap * sizeof *at);
+      kind = check_alloc(realloc(kind, cap), cap);
     }
     ns[rounds] = (t - c0) * 1e9 / (double)n;
-    at[rounds] = t - t0;
+    at[rounds] = c0 - t0;
+    kind[rounds] = !quiet ? LAP_WITH : alone || warm >= 2 ? LAP_ALONE : LAP_WARM;
+    warm += quiet;
   }
   atomic_store(&stop, true);
   if (have_other) pthread_join(other, NULL);
 
   /* per second of run time, and overall */
   double* tmp = check_alloc(malloc(rounds * sizeof *tmp + 1), rounds * sizeof *tmp + 1);
-  size_t from2 = 0, m = 0;
-  for (int s = 0; ; s++) {
-    size_t k = 0;
-    for (size_t i = 0; i < rounds; i++) if ((int)at[i] == s) tmp[k++] = ns[i];
-    if ((double)s >= seconds) break;
-    if (k == 0) continue;
-    qsort(tmp, k, sizeof *tmp, cmp_double);
-    printf("SECOND %d ns=%.3f rounds=%zu\n", s, tmp[k / 2], k);
+  double ratios[4096];
+  size_t nr = 0;
+  int want = alone ? LAP_ALONE : LAP_WITH;
+  for (int s = 0; (double)s < seconds; s++) {
+    double with = median_of(ns, at, kind, rounds, s, s + 1, want, tmp);
+    double quiet = median_of(ns, at, kind, rounds, s, s + 1, LAP_ALONE, tmp);
+    if (with == 0) continue;
+    double ratio = quiet > 0 ? with / quiet : 0;
+    if (s >= 1 && ratio > 0 && nr < 4096) ratios[nr++] = ratio;
+    printf("SECOND %d ns=%.3f alone=%.3f ratio=%.3f rounds=%zu\n", s, with, quiet, ratio, count_of(at, rounds, s));
   }
-  for (size_t i = 0; i < rounds; i++) if (at[i] >= 1.0) tmp[from2++] = ns[i];
-  qsort(tmp, from2, sizeof *tmp, cmp_double);
-  double med2 = from2 ? tmp[from2 / 2] : 0;
-  for (size_t i = 0; i < rounds; i++) tmp[m++] = ns[i];
-  qsort(tmp, m, sizeof *tmp, cmp_double);
-  printf("RESULT vp victim_ns=%.3f victim_ns_from2s=%.3f rounds=%zu seconds=%.3f checksum=%zx\n",
-         m ? tmp[m / 2] : 0, med2, rounds, t - t0, (size_t)(n * 31 + buf * 7 + alone + seed * 131 + sum));
+  qsort(ratios, nr, sizeof *ratios, cmp_double);
+  printf("RESULT vp victim_ns=%.3f victim_ns_from2s=%.3f alone_ns_from2s=%.3f ratio_from2s=%.3f rounds=%zu seconds=%.3f checksum=%zx\n",
+         median_of(ns, at, kind, rounds, 0, 1e9, want, tmp), median_of(ns, at, kind, rounds, 1, 1e9, want, tmp),
+         median_of(ns, at, kind, rounds, 1, 1e9, LAP_ALONE, tmp), nr ? ratios[nr / 2] : 0, rounds, t - t0,
+         (size_t)(n * 31 + buf * 7 + alone + seed * 131 + sum));
   return 0;
 }
