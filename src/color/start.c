@@ -181,10 +181,13 @@ static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
     L.probe.passes = (int)L.file.hint_passes;
     L.probe.passes_chosen = true;
   }
-  /* a check can fail in a loud moment: building sets anew costs far more than another look */
+  /* A check fails in loud moments (1 look in 5 beside the victim/polluter program, where a
+     reference outside the pair read 132-170% through two looks 200 ms apart, and the next
+     process passed the same file): building sets anew costs 0.5 s of CPU and 9 MiB, a look a
+     few ms, so up to five looks over 0.75 s before the file is called stale. */
   bool enough = need <= m.ncolours, hold = false;
-  for (int look = 0; look < 2 && enough && !hold; look++) {
-    if (look > 0) { struct timespec t = { 0, 200000000 }; nanosleep(&t, NULL); }
+  for (int look = 0; look < 5 && enough && !hold; look++) {
+    if (look > 0) { struct timespec t = { 0, 50000000L << (look - 1) }; nanosleep(&t, NULL); }
     hold = file_sets_hold(need);
   }
   if (hold) L.probe.set_ratio_pct = L.effect_pct;   /* what the sets read on their references now */
