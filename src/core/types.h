@@ -94,7 +94,11 @@ typedef struct ca_heap_s ca_heap_t;
 typedef struct ca_segment_s ca_segment_t;
 
 typedef struct ca_span_s {
-  /* fast-path fields first */
+  /* Remote frees' word first, then the fast-path fields, the rarely written ones last: spans
+     are 96 bytes, so an odd span's first 32 bytes share a line with the even span's last 32.
+     With thread_free at the end, every remote free to span k pulled span k+1's free list away
+     from its owner; now that line holds span k's queue links beside span k+1's own words. */
+  _Atomic(uintptr_t)   thread_free;    /* remote frees | CA_DELAY_* */
   ca_block_t*          free;           /* blocks ready to hand out (owner only) */
   ca_heap_t*           local;          /* the owner heap while its frees may take the fast path
                                           (ordinary heap, no flag set), else NULL: free()'s one
@@ -113,7 +117,6 @@ typedef struct ca_span_s {
   uint16_t             index;          /* position in segment->spans */
   uint16_t             installed;      /* stats: length of `free` when last installed */
   uint16_t             used_seen;      /* stats: `used` when last accounted */
-  _Atomic(uintptr_t)   thread_free;    /* remote frees | CA_DELAY_* */
   struct ca_span_s*    next;           /* heap queue, or segment free/purge list */
   struct ca_span_s*    prev;
   uint64_t             purge_at;       /* free span: time (ms) after which to purge, 0 = purged */
