@@ -22,8 +22,9 @@ static const ca_option_desc_t options[CA_COPT_COUNT] = {
   [CA_COPT_WORKER]  = { "colour_worker", 2, 1, 100, NULL,
                         "the colour layer's worker takes at most this percent of the CPU time of the "
                         "program's own threads once its start is done (the first stock in, or half a "
-                        "second of its CPU after its sets were ready; a second after the layer was asked for at the earliest; not "
-                        "while chromalloc_colours_prepare waits): less CPU, slower restocking; 100: no limit" },
+                        "second of its CPU after its sets were ready; a second after the layer was asked "
+                        "for at the earliest; not while chromalloc_colours_prepare waits): less CPU, "
+                        "slower restocking; 100: no limit" },
   [CA_COPT_AUDIT]   = { "colour_audit", 0, 0, 1, _ca_bool_words,
                         "1: a small slice's pool (1/4 of the colours or less) is audited by what its pages do "
                         "to one another in the L2, and pages for the other colours against it (3-5 times the "
