@@ -15,9 +15,9 @@
    chase holds distances, not addresses, in one order for all (probe.c), so a reference is the
    same bytes wherever it is mapped and is never written again.
 
-   Path: $CHROMALLOC_SETS (on tmpfs), else /dev/shm/chromalloc-<uid>-<machine hash>.sets (mode 0600).  A
-   file is written whole under a temporary name and renamed into place: a reader sees a complete
-   file or none.  Its frames can move (the host migrates guest memory, or the guest compacts
+   Path: $CHROMALLOC_SETS (on tmpfs), else /dev/shm/chromalloc-<uid>-<machine hash>.sets (mode
+   0600).  A file is written whole under a temporary name and renamed into place: a reader sees a
+   complete file or none.  Its frames can move (the host migrates guest memory, or the guest compacts
    it), so a process checks the sets it uses before trusting them (start.c) and writes new
    ones over a file that no longer checks out.  The option colour_share=0 keeps a process's sets
    its own. */
@@ -74,7 +74,8 @@ static bool keeps_frames(int fd) {
   if (_ca_machine.simulated) return true;
   if (fstatfs(fd, &fs) == 0 && (uint32_t)fs.f_type == 0x01021994u) return true;   /* TMPFS_MAGIC */
   static _Atomic(bool) warned;
-  if (!atomic_exchange(&warned, true)) _ca_warn("the set file is not on tmpfs ($CHROMALLOC_SETS): eviction sets stay this process's own");
+  if (!atomic_exchange(&warned, true))
+    _ca_warn("the set file is not on tmpfs ($CHROMALLOC_SETS): eviction sets stay this process's own");
   return false;
 }
 
@@ -183,7 +184,8 @@ bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) 
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   struct stat st;
   if (fd < 0) return false;
-  if (fstat(fd, &st) != 0 || st.st_uid != getuid() || (size_t)st.st_size < HEADER_PAGES * CA_OS_PAGE || !keeps_frames(fd)) {
+  if (fstat(fd, &st) != 0 || st.st_uid != getuid() || (size_t)st.st_size < HEADER_PAGES * CA_OS_PAGE ||
+      !keeps_frames(fd)) {
     close(fd);
     return false;
   }

@@ -190,8 +190,8 @@ static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
     if (look > 0) { struct timespec t = { 0, 50000000L << (look - 1) }; nanosleep(&t, NULL); }
     hold = file_sets_hold(need);
   }
-  if (hold) L.probe.set_ratio_pct = L.effect_pct;   /* what the sets read on their references now */
   if (hold) {
+    L.probe.set_ratio_pct = L.effect_pct;           /* what the sets read on their references now */
     L.sets_origin = SETS_FILE;
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
     return true;

@@ -8,8 +8,8 @@
    The shared set file (setfile.c), in children of their own too: the first process builds its
    sets and writes the file; the next loads them, builds none, and names the colours alike (the
    simulated colour of each colour's reference is the same in both); a file whose sets no longer
-   hold (two sets of different pairs trade a member) is found out, and its sets built and written anew; with
-   colour_share=0 no file is read or written. */
+   hold (two sets of different pairs trade a member) is found out, and its sets built and
+   written anew; with colour_share=0 no file is read or written. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include "../../src/color/layer.h"
