@@ -14,8 +14,12 @@
    what the polluter evicted).  A ratio of two runs would mostly measure how the shared host's
    load changed between them (the victim's own time swings 2x from second to second here).
 
-   Usage: vp [--seconds=S] [--victim-kib=K] [--buf-kib=K] [--alone] [--busy] [--streamer] [--seed=N]
+   Usage: vp [--seconds=S] [--victim-kib=K] [--buf-kib=K] [--alone] [--touch] [--busy] [--streamer]
+             [--seed=N]
      --alone     no buffer at all: the victim alone, the best case
+     --touch     the buffer written one byte per page, not whole: what its pages cost the victim
+                 through address translation (TLB entries, page walks) with hardly a line of it
+                 in the L2
      --busy      a second thread spins on arithmetic (both vCPUs busy with the program)
      --streamer  a second thread streams a 64 MiB array without pause (the L3 shared with the
                  worker's CPU is thrashed)
@@ -96,7 +100,7 @@ int main(int argc, char** argv) {
   bench_name = "vp";
   double seconds = 5;
   size_t victim = l2_bytes() / 2, buf = 4 * l2_bytes();
-  bool alone = false, with_busy = false, with_streamer = false;
+  bool alone = false, touch = false, with_busy = false, with_streamer = false;
   uint64_t seed = 1;
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
     else if (!strncmp(a, "--buf-kib=", 10)) buf = (size_t)opt_num(a, "--buf-kib=") << 10;
     else if (!strncmp(a, "--seed=", 7)) seed = (uint64_t)opt_num(a, "--seed=");
     else if (!strcmp(a, "--alone")) alone = true;
+    else if (!strcmp(a, "--touch")) touch = true;
     else if (!strcmp(a, "--busy")) with_busy = true;
     else if (!strcmp(a, "--streamer")) with_streamer = true;
     else fail("unknown option '%s' (see the header of bench/colour/vp.c)", a);
@@ -137,7 +142,8 @@ int main(int argc, char** argv) {
     bool quiet = alone || (uint64_t)((t - t0) * 1000) % WINDOW_MS < ALONE_MS;
     if (!quiet) {
       uint8_t* b = polluter_alloc(buf);
-      memset(b, (int)(rounds & 0xff), buf);
+      if (touch) for (size_t i = 0; i < buf; i += 4096) b[i] = (uint8_t)rounds;
+      else memset(b, (int)(rounds & 0xff), buf);
       sum += *(volatile uint8_t*)(b + buf / 2) != (uint8_t)rounds;   /* 0: read, so written */
       free(b);
       warm = 0;
@@ -178,6 +184,6 @@ int main(int argc, char** argv) {
   printf("RESULT vp victim_ns=%.3f victim_ns_from2s=%.3f alone_ns_from2s=%.3f ratio_from2s=%.3f rounds=%zu seconds=%.3f checksum=%zx\n",
          median_of(ns, at, kind, rounds, 0, 1e9, want, tmp), median_of(ns, at, kind, rounds, 1, 1e9, want, tmp),
          median_of(ns, at, kind, rounds, 1, 1e9, LAP_ALONE, tmp), nr ? ratios[nr / 2] : 0, rounds, t - t0,
-         (size_t)(n * 31 + buf * 7 + alone + seed * 131 + sum));
+         (size_t)(n * 31 + buf * 7 + alone + touch * 3 + seed * 131 + sum));
   return 0;
 }
