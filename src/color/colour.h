@@ -255,7 +255,8 @@ void  _ca_colour_fork_parent(void);
 void  _ca_colour_test_fail_starts(uint32_t n, uint32_t retry_ms);   /* before the first set */
 void  _ca_colour_test_no_sets(uint32_t n, uint32_t retry_ms);       /* discovery finds none */
 void  _ca_colour_test_drop_sets(uint32_t n);                       /* once ready */
-long  _ca_recolour(void* p, size_t len, int id, int keep, bool test);   /* keep: set whose pool takes the old
+long  _ca_recolour(void* p, size_t len, int id, int keep, bool test);
+int   _ca_recolour_page(void* page, void* fresh, int keep, bool test);   /* onto fresh's frame: 1, 2 or 0 */   /* keep: set whose pool takes the old
                                                                         frames (0: none), re-tested if `test` */
 void  _ca_colour_protect_default(void);
 int   _ca_colour_reserve(int id);
@@ -265,6 +266,20 @@ ca_stock_progress_t _ca_colour_progress(size_t classified, size_t taken);   /* a
 uint64_t _ca_colour_backoff(uint64_t ms, bool bad);   /* the worker's next sleep after a round */
 uint64_t _ca_colour_pace_ns(uint64_t cpu_ns, uint64_t wall_ns, uint32_t pct);   /* colour_worker's sleep */
 bool     _ca_colour_suspect(bool* suspected, bool bad, bool judged_ok);   /* drop the sets now? */
+
+/* ---- single colours (spread.c): a policy spreading pages over every colour ------------------ */
+typedef struct ca_colour_client_s {
+  void     (*range)(void* p, size_t n, bool added);   /* ordinary memory handed out / taken back */
+  uint64_t (*work)(void);      /* on the worker once the layer is ready: ms until it wants it again */
+} ca_colour_client_t;
+void     _ca_colour_client(const ca_colour_client_t* c);   /* one; every colour's set is wanted */
+int      _ca_colour_page(const void* page);                /* the worker's: a live page's colour, -1 */
+int      _ca_colour_move_to(void* page, uint64_t mask);     /* the worker's: onto a frame of a colour in
+                                                               mask; that colour, or -1 */
+uint64_t _ca_colour_known_mask(void);                       /* colours with an eviction set */
+uint32_t _ca_colour_ways(void);
+void     _ca_colour_spread_stats_json(ca_buf_t* b);
+void     _ca_colour_spread_fork_child(void);
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {

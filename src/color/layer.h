@@ -54,6 +54,7 @@ typedef struct ca_colour_layer_s {
   _Atomic(bool)     worker_alive;
   uint64_t          worker_cpu_ns;   /* ... and its CPU time when it ended */
   uint32_t          generation;  /* sets registered so far: the worker plans again when it moves */
+  bool              client_built;    /* every colour's set was sought for the client (spread.c) */
   pthread_mutex_t   wake_lock;
   pthread_cond_t    wake;
   uint64_t          classified, claimed, verify_drops, set_rebuilds, batches_dropped, backoffs;
@@ -163,6 +164,10 @@ int      _ca_cs_audited(void* page, int c);
 bool     _ca_cs_audit_groups(uint64_t* rng);
 void     _ca_cs_verify_sample(uint64_t* rng);
 void     _ca_cs_test_kept(void);
+/* spread.c */
+const ca_colour_client_t* _ca_cs_client(void);
+/* sets.c */
+void     _ca_cs_start_worker(void);
 /* worker.c */
 void*    _ca_cs_worker_main(void* arg);
 void     _ca_cs_wake_worker(void);

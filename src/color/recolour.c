@@ -19,6 +19,24 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
+/* One live page onto the frame of `fresh` (a page of known colour, not in use): 1 by
+   UFFDIO_MOVE, 2 by mremap, 0 not moved (fresh is then dropped). */
+int _ca_recolour_page(void* page, void* fresh, int keep, bool test) {
+  uint64_t t0 = _ca_clock_ns();
+  /* the old frame: to a slot when its set is known, or when UFFDIO_MOVE needs one to move through */
+  void* park = keep > 0 || _ca_move_uffd() ? _ca_colour_slot() : NULL;
+  bool parked = false;
+  int how = _ca_colour_move_live(page, fresh, park, &parked);
+  if (how == 0) _ca_pool_drop(fresh);
+  if (park != NULL) {
+    if (parked && keep > 0) _ca_colour_keep_frame(keep, park, test);
+    else if (parked) _ca_colour_drop_slot(park);
+    else _ca_colour_keep_frame(0, park, false);
+  }
+  if (how != 0) _ca_colour_note_recolour(_ca_clock_ns() - t0, how == 2);
+  return how;
+}
+
 long _ca_recolour(void* p, size_t len, int id, int keep, bool test) {
   uint8_t* first = (uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
   uint8_t* end = (uint8_t*)(((uintptr_t)p + len + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
@@ -26,22 +44,8 @@ long _ca_recolour(void* p, size_t len, int id, int keep, bool test) {
   int e = errno;
   for (uint8_t* page = first; page < end; page += CA_OS_PAGE) {
     void* fresh = _ca_colour_take_page(id);
-    if (fresh == NULL) break;
-    uint64_t t0 = _ca_clock_ns();
-    /* the old frame: to a slot when its set is known, or when UFFDIO_MOVE needs one to move through */
-    void* park = keep > 0 || _ca_move_uffd() ? _ca_colour_slot() : NULL;
-    bool parked = false;
-    int how = _ca_colour_move_live(page, fresh, park, &parked);
-    bool ok = how != 0;
-    if (!ok) _ca_pool_drop(fresh);
-    if (park != NULL) {
-      if (parked && keep > 0) _ca_colour_keep_frame(keep, park, test);
-      else if (parked) _ca_colour_drop_slot(park);
-      else _ca_colour_keep_frame(0, park, false);
-    }
-    if (!ok) break;
+    if (fresh == NULL || _ca_recolour_page(page, fresh, keep, test) == 0) break;
     moved++;
-    _ca_colour_note_recolour(_ca_clock_ns() - t0, how == 2);
   }
   errno = e;
   return moved;

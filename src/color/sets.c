@@ -41,7 +41,11 @@ static ca_page_pool_t* vouched_pool(int id) {
 }
 
 static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
-  if (flavour == 0) { _ca_protect_add(base, base, bytes); return false; }   /* ordinary memory */
+  if (flavour == 0) {                                                        /* ordinary memory */
+    _ca_protect_add(base, base, bytes);
+    if (_ca_cs_client() != NULL) _ca_cs_client()->range(base, bytes, true);
+    return false;
+  }
   if (flavour > CA_COLOUR_SETS) return false;
   ca_colour_set_t* s = &L.sets[flavour];
   _ca_lock(&L.lock);
@@ -62,7 +66,11 @@ static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
 }
 
 static void hook_span_released(void* base, size_t bytes, uint32_t flavour) {
-  if (flavour == 0) { _ca_protect_remove(base); return; }
+  if (flavour == 0) {
+    _ca_protect_remove(base);
+    if (_ca_cs_client() != NULL) _ca_cs_client()->range(base, bytes, false);
+    return;
+  }
   if (flavour > CA_COLOUR_SETS) return;
   _ca_lock(&L.lock);
   _ca_pool_take_back(&L.sets[flavour].pool, base, bytes);
@@ -172,26 +180,30 @@ int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
       L.generation++;
       id = i;
     }
-  bool start = id > 0 && !L.worker_running;
-  if (start) L.worker_running = true;
   _ca_unlock(&L.lock);
   if (id < 0) { errno = ENOSPC; return -1; }
-  if (start) {
-    static bool once;
-    if (!once) { once = true; _ca_pool_init(); install_hooks(); }
-    int st = 0;
-    if (L.asked_ns == 0) L.asked_ns = _ca_clock_ns() - L.born_ns;
-    atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 1u << 20);
-    if (pthread_create(&L.worker, &a, _ca_cs_worker_main, (void*)(intptr_t)sched_getcpu()) != 0) _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "no worker thread");
-    pthread_attr_destroy(&a);
-  } else {
-    _ca_cs_wake_worker();
-  }
+  _ca_cs_start_worker();
   return id;
+}
+
+/* The worker, started once (a set registered, or a client), else woken. */
+void _ca_cs_start_worker(void) {
+  _ca_lock(&L.lock);
+  bool start = !L.worker_running;
+  L.worker_running = true;
+  _ca_unlock(&L.lock);
+  if (!start) { _ca_cs_wake_worker(); return; }
+  static bool once;
+  if (!once) { once = true; _ca_pool_init(); install_hooks(); }
+  int st = 0;
+  if (L.asked_ns == 0) L.asked_ns = _ca_clock_ns() - L.born_ns;
+  atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&a, 1u << 20);
+  if (pthread_create(&L.worker, &a, _ca_cs_worker_main, (void*)(intptr_t)sched_getcpu()) != 0) _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "no worker thread");
+  pthread_attr_destroy(&a);
 }
 
 /* Wait until the set's pool holds `pages`, or timeout.  0, or -1 with errno. */

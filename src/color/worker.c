@@ -298,7 +298,10 @@ static void worker(int here) {
       continue;
     }
 #endif
-    if (L.map.ncolours < need) _ca_cs_build_sets(need, &rng);
+    /* a client spreading pages wants every colour's set: built once, kept as far as found */
+    uint32_t want = _ca_cs_client() != NULL && !L.client_built && L.cal.colours > need ? L.cal.colours : need;
+    if (L.map.ncolours < want) _ca_cs_build_sets(want, &rng);
+    L.client_built = L.client_built || want > need;
     if (L.map.ncolours < need) {
       if (!_ca_cs_retry_later("could not find eviction sets for the colours the sets need")) return;
       continue;
@@ -370,9 +373,11 @@ static void worker(int here) {
     if (_ca_clock_ms() - last_verify > 2000) { _ca_cs_verify_sample(&rng); last_verify = _ca_clock_ms(); }
     size_t pending = protect_some(256);
     _ca_cs_test_kept();
-    /* sleep until a pool runs low or a set is added (briefly while ranges wait) */
+    uint64_t client_ms = _ca_cs_client() != NULL ? _ca_cs_client()->work() : UINT64_MAX;
+    /* sleep until a pool runs low or a set is added (briefly while ranges wait), or the client's turn */
+    uint64_t sleep_ms = backoff_ms > 0 ? backoff_ms : pending ? 20 : 2000;
     pthread_mutex_lock(&L.wake_lock);
-    if ((!_ca_cs_pools_short(gen) || backoff_ms > 0) && !_ca_cs_replan(gen)) _ca_cs_wait_wake(backoff_ms > 0 ? backoff_ms : pending ? 20 : 2000);
+    if ((!_ca_cs_pools_short(gen) || backoff_ms > 0) && !_ca_cs_replan(gen)) _ca_cs_wait_wake(sleep_ms < client_ms ? sleep_ms : client_ms);
     pthread_mutex_unlock(&L.wake_lock);
   }
 }

@@ -34,7 +34,7 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
 
 /* the options of the cache runtime's layers begin so: given to the allocator alone, they are
    named as the runtime's, not as unknown */
-static const char* const runtime_prefixes[] = { "colours", "colour_", "nightwatch", NULL };
+static const char* const runtime_prefixes[] = { "colours", "colour_", "nightwatch", "hot", NULL };
 
 long _ca_options[CA_OPT_COUNT];
 

@@ -75,6 +75,19 @@ void   _ca_monitor_feed(const struct ca_pmu_sample_s* s, size_t n);
 void   _ca_monitor_use_samples(void);           /* test builds only (CA_TEST_HOOKS) */
 struct ca_layer_s;
 extern const struct ca_layer_s _ca_layer_monitor;
+
+/* Software access bits (access.c): a range made inaccessible for a window, its pages' first
+   touches recorded in `bits` (one per page) by the fault handler.  Arm returns the slot, or -1
+   (no room, pages the monitor samples, or not a mapping). */
+int    _ca_access_arm(void* base, size_t pages, uint64_t* bits);
+void   _ca_access_disarm(int slot);                 /* the window's end: the range opened */
+bool   _ca_access_armed(void);                      /* any range armed (one load) */
+bool   _ca_access_covers(uintptr_t a);              /* a lies in an armed range */
+void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer: opened, touched */
+void   _ca_access_exclude(const void* p, size_t len);   /* the program's mprotect/munmap/madvise */
+void   _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi));   /* ... is told here first */
+void   _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released);
+void   _ca_access_fork_child(void);
 #pragma GCC visibility pop
 
 #endif

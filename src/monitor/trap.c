@@ -22,6 +22,7 @@
 #include "trap.h"
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 
@@ -116,6 +117,11 @@ static void fork_release(void) { _ca_unlock(&install_lock); }
 
 /* the fault handler as the innermost layer of the cache runtime: its lock across fork */
 const ca_layer_t _ca_layer_trap = { .fork_prepare = fork_prepare, .fork_parent = fork_release, .fork_child = fork_release };
+
+bool _ca_trap_under_valgrind(void) {
+  const char* p = getenv("LD_PRELOAD");
+  return p != NULL && strstr(p, "vgpreload") != NULL;
+}
 
 bool _ca_trap_register(ca_trap_fn fn) {
   int n = atomic_load_explicit(&nclients, ca_acquire);

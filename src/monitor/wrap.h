@@ -111,10 +111,10 @@ extern ssize_t __pwrite64(int fd, const void* buf, size_t n, off_t off);
 extern ssize_t __send(int fd, const void* buf, size_t n, int flags);
 #pragma GCC visibility pop
 
-/* the monitor's sampled pages, and protection's ranges (a page being recoloured is briefly
-   read-only), in [p, p + n) */
-static inline void release(const void* p, size_t n) { _ca_monitor_release(p, n); _ca_protect_release(p, n); }
-static inline bool watching(void) { return _ca_monitor_active() || _ca_protect_recorded(); }
+/* the monitor's sampled pages, protection's ranges (a page being recoloured is briefly
+   read-only) and ranges armed for access bits (access.c), in [p, p + n) */
+static inline void release(const void* p, size_t n) { _ca_monitor_release(p, n); _ca_protect_release(p, n); _ca_access_release(p, n); }
+static inline bool watching(void) { return _ca_monitor_active() || _ca_protect_recorded() || _ca_access_armed(); }
 
 
 static inline void release_iov(const struct iovec* iov, int cnt) {
@@ -150,7 +150,7 @@ static inline void strings(char* const* v) {
   for (size_t i = 0; v != NULL && i < 65536; i++) { release(&v[i], sizeof v[i]); if (v[i] == NULL) break; string(v[i]); }
 }
 /* a pointer-sized argument that may point into a monitored chunk: the rest of that chunk */
-static inline void maybe(uintptr_t a) { if (_ca_monitor_covers(a)) release((const void*)a, SIZE_MAX - a); }
+static inline void maybe(uintptr_t a) { if (_ca_monitor_covers(a) || _ca_access_covers(a)) release((const void*)a, SIZE_MAX - a); }
 
 /* WRAP(ret, name, (params), (args), releases...): release, then call the next `name` */
 #define WRAP(ret, name, params, args, ...) \

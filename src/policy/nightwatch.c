@@ -56,6 +56,7 @@
    statistics. */
 #define _GNU_SOURCE
 #include "nw.h"
+#include "../monitor/trap.h"
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -368,22 +369,14 @@ static void fork_release(void) { _ca_context_fork_release(); _ca_nw_sites_fork_r
 /* the thread switching a chunk's mapping is not in the child: its free must not wait for it */
 static void fork_child(void) { atomic_store_explicit(&NW.switching, NULL, ca_relaxed); fork_release(); }
 
-/* Valgrind runs the program on a JIT that does not resume a faulting instruction the way the
-   CPU does: a memset over a page that a SIGSEGV handler makes writable leaves wrong bytes (199
-   of 200 rounds in a test, none natively), so page traps would corrupt the program's data.
-   Its preload library is in LD_PRELOAD.  Without monitoring (nightwatch_budget=0) nothing
-   traps, and callgrind can count what the policy's look at each chunk costs. */
-static bool under_valgrind(void) {
-  const char* p = getenv("LD_PRELOAD");
-  return p != NULL && strstr(p, "vgpreload") != NULL;
-}
-
+/* Under valgrind page traps would corrupt the program's data (trap.h); without monitoring
+   (nightwatch_budget=0) nothing traps, and callgrind can count what the policy costs. */
 static void init(void) {
   NW.monitor_all = nw_opt(NW_OPT_MONITOR) != 0;
   NW.budget_pm = (uint64_t)nw_opt(NW_OPT_BUDGET);
   NW.judged_min = _ca_machine_l2();
   bool traps = NW.budget_pm > 0 || NW.monitor_all;
-  NW.on = nw_opt(NW_OPT_ON) != 0 && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !(traps && under_valgrind());
+  NW.on = nw_opt(NW_OPT_ON) != 0 && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !(traps && _ca_trap_under_valgrind());
   NW.protect = nw_opt(NW_OPT_PROTECT) != 0;
   NW.start_ns = _ca_clock_ns();
   if (NW.on) {

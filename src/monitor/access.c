@@ -1,0 +1,160 @@
+/* Software access bits: which pages of a range the program touched during a short window.
+
+   The paper's hot-page tracker (002) reads the page table's accessed bits.  User space has no
+   such bit on stock Linux (page_idle needs root and is absent here; soft-dirty sees writes
+   only, and is compiled out of the guests measured), so a read is seen the one way it can be:
+   the range is made inaccessible for the window, and the first touch of each page faults into
+   our handler, which sets the page's bit and opens the page again.
+
+     arm      slot[i] = { base, pages, bits }  published, then mprotect(range, PROT_NONE)
+     fault    the page's bit set, mprotect(page, RW): one fault per page touched, then none
+     disarm   mprotect(range, RW) (the mappings merge again), the slot freed
+
+   A window therefore costs a fault (a few microseconds) per page touched in it and two system
+   calls per range, nothing per untouched page: the opposite of a page-table scan, whose cost is
+   per entry.  The caller chooses the ranges to fit its budget (policy/hot.c).
+
+   The kernel touching an armed page for a system call would fail with EFAULT, so the monitor's
+   wrappers (wrap.h) open every armed range a call's buffer meets first (_ca_access_release: its
+   pages count as touched).  A range the program itself mprotects, munmaps or madvises is opened
+   and the client told never to arm it again (_ca_access_exclude, _ca_access_on_change):
+   re-arming it would undo the program's own protection.  Pages the locality monitor samples
+   are never armed: two clients changing one page's protection would lose each other's traps. */
+#define _GNU_SOURCE
+#include "monitor.h"
+#include "trap.h"
+#include "../core/hooks.h"
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#define SLOTS    64                  /* ranges armed at once */
+
+typedef struct slot_s {
+  _Atomic(uintptr_t) base;           /* 0: free */
+  uintptr_t          end;
+  _Atomic(uint64_t)* bits;           /* one per page, set by the fault */
+} slot_t;
+
+static struct {
+  ca_lock_t        lock;             /* arming, disarming, release (never the fault handler) */
+  slot_t           slot[SLOTS];
+  _Atomic(int)     armed;            /* slots in use */
+  void           (*changed)(uintptr_t lo, uintptr_t hi);   /* the client: never arm these again */
+  bool             trap_ok;
+  _Atomic(uint64_t) faults, fault_ns, released;
+} A;
+
+bool _ca_access_armed(void) { return atomic_load_explicit(&A.armed, ca_relaxed) != 0; }
+
+static int prot(uintptr_t p, size_t n, int pr) {
+  return (int)_ca_syscall6(SYS_mprotect, (long)p, (long)n, pr, 0, 0, 0);   /* not the interposed one */
+}
+
+static slot_t* find(uintptr_t a) {
+  for (int i = 0; i < SLOTS; i++) {
+    uintptr_t b = atomic_load_explicit(&A.slot[i].base, ca_acquire);
+    if (b != 0 && a >= b && a < A.slot[i].end) return &A.slot[i];
+  }
+  return NULL;
+}
+
+bool _ca_access_covers(uintptr_t a) { return _ca_access_armed() && find(a) != NULL; }
+
+static bool on_fault(void* addr, int sig) {
+  (void)sig;
+  if (!_ca_access_armed()) return false;
+  uintptr_t a = (uintptr_t)addr;
+  slot_t* s = find(a);
+  if (s == NULL) return false;
+  uint64_t t0 = _ca_clock_ns();
+  uintptr_t b = atomic_load_explicit(&s->base, ca_acquire);
+  if (b == 0 || a < b || a >= s->end) return true;             /* disarmed meanwhile: retry */
+  size_t i = (a - b) / CA_OS_PAGE;
+  atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed);
+  prot(a & ~(uintptr_t)(CA_OS_PAGE - 1), CA_OS_PAGE, PROT_READ | PROT_WRITE);
+  atomic_fetch_add_explicit(&A.faults, 1, ca_relaxed);
+  atomic_fetch_add_explicit(&A.fault_ns, _ca_clock_ns() - t0, ca_relaxed);
+  return true;
+}
+
+int _ca_access_arm(void* base, size_t pages, uint64_t* bits) {
+  uintptr_t lo = (uintptr_t)base, hi = lo + pages * CA_OS_PAGE;
+  if (pages == 0 || (lo & (CA_OS_PAGE - 1)) != 0) return -1;
+  if (!A.trap_ok && !(A.trap_ok = _ca_trap_register(on_fault))) return -1;
+  for (uintptr_t p = lo; _ca_monitor_active() && p < hi; p += CA_OS_PAGE)
+    if (_ca_monitor_covers(p)) return -1;
+  _ca_lock(&A.lock);
+  int id = -1;
+  for (int i = 0; i < SLOTS && id < 0; i++)
+    if (atomic_load_explicit(&A.slot[i].base, ca_relaxed) == 0) id = i;
+  if (id >= 0) {
+    memset(bits, 0, (pages + 63) / 64 * sizeof(uint64_t));
+    A.slot[id].end = hi;
+    A.slot[id].bits = (_Atomic(uint64_t)*)bits;
+    atomic_store_explicit(&A.slot[id].base, lo, ca_release);
+    atomic_fetch_add_explicit(&A.armed, 1, ca_relaxed);
+    if (prot(lo, hi - lo, PROT_NONE) != 0) {               /* not a mapping of ours any more */
+      atomic_store_explicit(&A.slot[id].base, 0, ca_release);
+      atomic_fetch_sub_explicit(&A.armed, 1, ca_relaxed);
+      id = -1;
+    }
+  }
+  _ca_unlock(&A.lock);
+  return id;
+}
+
+/* slot i opened (A.lock held): pages the monitor took meanwhile keep their protection */
+static void open_slot(int i) {
+  slot_t* s = &A.slot[i];
+  uintptr_t lo = atomic_load_explicit(&s->base, ca_relaxed);
+  if (lo == 0) return;
+  if (!_ca_monitor_active()) prot(lo, s->end - lo, PROT_READ | PROT_WRITE);
+  else
+    for (uintptr_t p = lo; p < s->end; p += CA_OS_PAGE)
+      if (!_ca_monitor_covers(p)) prot(p, CA_OS_PAGE, PROT_READ | PROT_WRITE);
+  atomic_store_explicit(&s->base, 0, ca_release);
+  atomic_fetch_sub_explicit(&A.armed, 1, ca_relaxed);
+}
+
+void _ca_access_disarm(int id) {
+  if (id < 0 || id >= SLOTS) return;
+  _ca_lock(&A.lock);
+  open_slot(id);
+  _ca_unlock(&A.lock);
+}
+
+/* [p, p + len) is about to be touched by the kernel: armed ranges meeting it open, every page
+   counted as touched (the program passed it to a call) */
+void _ca_access_release(const void* p, size_t len) {
+  if (!_ca_access_armed() || len == 0) return;
+  uintptr_t lo = (uintptr_t)p, hi = lo + len < lo ? UINTPTR_MAX : lo + len;
+  _ca_lock(&A.lock);
+  for (int i = 0; i < SLOTS; i++) {
+    slot_t* s = &A.slot[i];
+    uintptr_t b = atomic_load_explicit(&s->base, ca_relaxed);
+    if (b == 0 || hi <= b || s->end <= lo) continue;
+    size_t n = (s->end - b) / CA_OS_PAGE;
+    for (size_t k = 0; k < n; k++) atomic_fetch_or_explicit(&s->bits[k / 64], (uint64_t)1 << (k % 64), ca_relaxed);
+    open_slot(i);
+    atomic_fetch_add_explicit(&A.released, 1, ca_relaxed);
+  }
+  _ca_unlock(&A.lock);
+}
+
+void _ca_access_exclude(const void* p, size_t len) {
+  if (len == 0 || !A.trap_ok) return;                      /* nothing was ever armed */
+  uintptr_t lo = (uintptr_t)p, hi = lo + len < lo ? UINTPTR_MAX : lo + len;
+  if (A.changed != NULL) A.changed(lo, hi);                 /* first: no arming from now on */
+  _ca_access_release(p, len);
+}
+
+void _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi)) { A.changed = fn; }
+
+void _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released) {
+  *faults = atomic_load(&A.faults);
+  *fault_ns = atomic_load(&A.fault_ns);
+  *released = atomic_load(&A.released);
+}
+
+/* a fork child: its lock may have been held by a thread it does not have */
+void _ca_access_fork_child(void) { atomic_store_explicit(&A.lock.v, 0, ca_relaxed); }

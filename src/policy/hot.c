@@ -1,0 +1,527 @@
+/* Hot pages (paper 002): find the pages the program touches most, cheaply, and spread them
+   evenly over the L2's colours, so that a hot set near the L2's size fits in it.
+
+   With random frames, a hot set of 85% of the L2 puts more pages on some colours than the L2
+   has ways (a binomial spread: with 32 colours of 8 ways, 218 pages leave about a tenth of
+   them in over-full colours), and those lines evict one another on every lap.  Spread evenly,
+   none is.  The paper does it in the kernel, with the page table's accessed bits; here:
+
+     ranges     ordinary memory as the core hands it out (the colour layer's span hook), each
+                page with an 8-bit heat and the colour measured for it (-2: not yet, -1: the
+                test could not tell), in one arena:
+
+       r[i] = { base, pages, at } ──> heat[at .. at + pages)   colour[at .. at + pages)
+
+     windows    every hot_period ms, lanes of up to 64 pages, from where the last window
+                stopped, are made inaccessible for hot_window ms (monitor/access.c): a page's
+                first touch faults and sets its bit.  Lanes are armed while their expected
+                faults (their heat) fit the budget of hot_overhead per mille of the run time.
+     scan       each lane's bits read the paper's way (locality jumping, _ca_hot_scan) into its
+                pages' heat.
+     threshold  the histogram of heats gives the lowest heat of the hottest K pages, K = the
+                L2's pages (colours x ways) x hot_share %.
+     spread     hot pages' colours are measured (the colour layer's eviction sets, on the colour
+                worker); pages over `ways` on a colour, and those whose colour could not be told,
+                move to frames of the emptiest colours, hottest first, at most hot_budget a
+                period (color/spread.c).
+
+   What differs from the paper, and why.  A page-table scan costs per entry and nothing per
+   access; a trap costs nothing per untouched page and a fault (a few microseconds) per touched
+   one.  So the budget here is in faults: lanes whose pages were hot cost more, and the scan's
+   locality jumping saves the counters' work over cold runs, not the sampling itself.  Writes
+   could be seen without a fault (userfaultfd write-protect-async and PAGEMAP_SCAN, Linux 6.7+),
+   but a chase only reads: that backend is not built.  Heat is a decaying average per look
+   rather than the paper's counter halved every 128 scans: lanes are looked at at different
+   rates here, and an average does not favour the often-seen ones.
+
+   All of it runs on the colour layer's worker thread; the program's threads only take the
+   faults and tell of ranges.  A forked child is not tracked (its worker is not started). */
+#define _GNU_SOURCE
+#include "hot.h"
+#include "../monitor/monitor.h"
+#include "../monitor/trap.h"
+#include "../color/colour.h"
+#include <sched.h>
+
+enum { HOT_OPT_ON, HOT_OPT_PERIOD, HOT_OPT_WINDOW, HOT_OPT_OVERHEAD, HOT_OPT_BUDGET, HOT_OPT_SHARE, HOT_OPT_COUNT };
+static long opt[HOT_OPT_COUNT];
+static const ca_option_desc_t options[HOT_OPT_COUNT] = {
+  [HOT_OPT_ON]       = { "hot", 0, 0, 1, _ca_bool_words,
+                         "hot pages (paper 002): find the program's most touched pages by sampled page traps and "
+                         "spread them evenly over the L2's colours (the colour layer); see docs/hot.md" },
+  [HOT_OPT_PERIOD]   = { "hot_period", 100, 10, 10000, NULL, "ms between two sampling windows" },
+  [HOT_OPT_WINDOW]   = { "hot_window", 2, 1, 50, NULL, "ms a sampling window lasts (pages touched in it count)" },
+  [HOT_OPT_OVERHEAD] = { "hot_overhead", 10, 1, 1000, NULL,
+                         "per mille of the run time the sampling's faults and system calls may take (estimated)" },
+  [HOT_OPT_BUDGET]   = { "hot_budget", 32, 0, 4096, NULL,
+                         "pages recoloured per period at most (0: find hot pages, move none)" },
+  [HOT_OPT_SHARE]    = { "hot_share", 100, 1, 100, NULL,
+                         "percent of the L2 the hot set is given: K = that many pages are hot, spread at that share "
+                         "of each colour's ways" },
+};
+
+#define RANGES   4096                /* live ranges tracked */
+#define PAGES    ((size_t)1 << 18)   /* pages tracked in all (1 GiB) */
+#define LANE     64                  /* pages armed as one */
+#define LANES    64                  /* lanes armed in one window */
+#define HOT_MIN  32                  /* never hot below (touched in fewer than about 1 window in 8) */
+#define HOT_MAX  4096                /* hot pages looked at a period */
+#define UNMEASURED (-2)
+
+typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded; } range_t;
+typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; uint64_t bits[LANE / 64]; } lane_t;
+typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; } hot_page_t;
+
+static struct {
+  bool       on;
+  ca_lock_t  lock;                   /* ranges and the arena (program threads tell of ranges) */
+  range_t    r[RANGES];
+  uint32_t   n;
+  uint8_t*   heat;                   /* the arena: PAGES entries each, mapped once */
+  int8_t*    colour;
+  int8_t*    first;                  /* the colour it had when first measured (before any move) */
+  uint8_t*   seen;                   /* 1: the page's lane was armed once */
+  size_t     used;                   /* arena entries handed out (compacted when full) */
+  lane_t     lane[LANES];            /* the window's */
+  uint32_t   nlanes;
+  uint32_t   cur_range, cur_page;    /* where the next window starts */
+  uint64_t   window_end, next_window, rng, started;
+  uint64_t   fault_ns;               /* a fault's cost, measured at start */
+  uint64_t   lane_ns, window_arm_ns;  /* a lane armed and opened (learnt); this window's arming */
+  hot_page_t hot[HOT_MAX];           /* the worker's copy: hottest first */
+  uint8_t* _Atomic busy;             /* the page the worker measures or moves (remove_range waits) */
+  uint32_t   hist[256], threshold, k, nhot;
+  uint32_t   before[CA_COLOURS_MAX], now[CA_COLOURS_MAX];   /* the hot pages per colour, as first
+                                                               measured and now */
+  /* statistics */
+  uint64_t   first_move, last_move;     /* when (clock ns) */
+  uint64_t   windows, lanes_armed, pages_armed, arm_refused, arm_ns;
+  ca_hot_scan_t scan;
+  uint64_t   measured, unknown, moved, move_failures, untracked_pages, excluded;
+  uint32_t   over_full, over_full_before;   /* hot pages beyond their colour's share: now, as first measured */
+} H;
+
+/* ---- the pure pieces (hot.h) ----------------------------------------------------------------- */
+
+static uint64_t next_rand(uint64_t* s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
+static bool bit(const uint64_t* b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
+
+void _ca_hot_scan(uint8_t* heat, size_t n, const uint64_t* bits, uint64_t* rng, ca_hot_scan_t* st) {
+  size_t i = 0, last = SIZE_MAX;         /* last: the last page looked at and found untouched */
+  uint32_t run = 0;                      /* untouched pages found in a row */
+  bool jumped = false;                   /* i was reached by a jump over pages not looked at */
+  while (i < n) {
+    bool t = bit(bits, i);
+    size_t from = last == SIZE_MAX ? 0 : last + 1;
+    if (t && jumped) {                   /* a false jump: back to the page after the last untouched */
+      st->backtracks++;
+      i = from;
+      run = 0;
+      jumped = false;
+      continue;
+    }
+    st->checked++;
+    st->touched += t;
+    heat[i] = _ca_hot_heat(heat[i], t);
+    if (t) { run = 0; i++; continue; }
+    for (size_t k = from; jumped && k < i; k++) heat[k] = _ca_hot_heat(heat[k], false);   /* jumped over */
+    st->skipped += jumped ? i - from : 0;
+    last = i;
+    run++;
+    uint32_t step = run >= 7 ? CA_HOT_JUMP_MAX : 1u << run;
+    if (step >= 4) step = step - step / 4 + (uint32_t)(next_rand(rng) % (step / 2 + 1));   /* +-25% */
+    if (step > CA_HOT_JUMP_MAX) step = CA_HOT_JUMP_MAX;
+    jumped = step > 1;
+    i += step;
+  }
+  if (jumped) {                          /* the jump past the end: what it went over is untouched */
+    for (size_t k = last + 1; k < n; k++) heat[k] = _ca_hot_heat(heat[k], false);
+    st->skipped += n > last + 1 ? n - last - 1 : 0;
+  }
+}
+
+uint32_t _ca_hot_threshold(const uint32_t hist[256], uint32_t k) {
+  uint32_t sum = 0;
+  for (int h = 255; h > 0; h--) {
+    sum += hist[h];
+    if (sum >= k) return (uint32_t)h;
+  }
+  return 1;
+}
+
+uint64_t _ca_hot_emptiest(const uint32_t* count, uint32_t colours, uint32_t cap) {
+  uint32_t least = UINT32_MAX;
+  for (uint32_t c = 0; c < colours; c++) if (count[c] < least) least = count[c];
+  if (least >= cap) return 0;
+  uint64_t m = 0;
+  for (uint32_t c = 0; c < colours; c++) if (count[c] == least) m |= (uint64_t)1 << c;
+  return m;
+}
+
+/* ---- ranges ---------------------------------------------------------------------------------- */
+
+/* the arena's live entries moved down together (H.lock); ranges change order, windows hold none */
+static void compact(void) {
+  /* by arena position: a shell sort, since nothing here may allocate (the worker's own
+     allocation would come back to add_range, H.lock held) */
+  for (uint32_t gap = H.n / 2; gap > 0; gap /= 2)
+    for (uint32_t i = gap; i < H.n; i++)
+      for (uint32_t j = i; j >= gap && H.r[j - gap].at > H.r[j].at; j -= gap) {
+        range_t t = H.r[j]; H.r[j] = H.r[j - gap]; H.r[j - gap] = t;
+      }
+  size_t to = 0;
+  for (uint32_t i = 0; i < H.n; i++) {
+    range_t* r = &H.r[i];
+    memmove(H.heat + to, H.heat + r->at, r->pages);
+    memmove(H.colour + to, H.colour + r->at, r->pages);
+    memmove(H.first + to, H.first + r->at, r->pages);
+    memmove(H.seen + to, H.seen + r->at, r->pages);
+    r->at = (uint32_t)to;
+    to += r->pages;
+  }
+  H.used = to;
+  H.cur_range = 0;
+  H.cur_page = 0;
+}
+
+static void add_range(uint8_t* p, size_t bytes) {
+  uint8_t* lo = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
+  uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
+  if (hi <= lo) return;
+  size_t pages = (size_t)(hi - lo) / CA_OS_PAGE;
+  _ca_lock(&H.lock);
+  if (H.used + pages > PAGES) compact();
+  if (H.n < RANGES && H.used + pages <= PAGES) {
+    H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, false };
+    memset(H.heat + H.used, 0, pages);
+    memset(H.colour + H.used, UNMEASURED, pages);
+    memset(H.first + H.used, UNMEASURED, pages);
+    memset(H.seen + H.used, 0, pages);
+    H.used += pages;
+  } else H.untracked_pages += pages;
+  _ca_unlock(&H.lock);
+}
+
+/* taken back by the core: out of any window first (its pages are about to be purged) */
+static void remove_range(uint8_t* p, size_t bytes) {
+  uint8_t* lo = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
+  uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
+  _ca_lock(&H.lock);
+  for (uint8_t* b; (b = atomic_load(&H.busy)) != NULL && b >= lo && b < hi; _ca_lock(&H.lock)) {
+    _ca_unlock(&H.lock);                         /* a measurement or a move: under a millisecond */
+    sched_yield();
+  }
+  for (uint32_t i = 0; i < H.n; i++)
+    if (H.r[i].base == lo) {
+      for (uint32_t l = 0; l < H.nlanes; l++)
+        if (H.lane[l].slot >= 0 && H.lane[l].base >= lo && H.lane[l].base < lo + (size_t)H.r[i].pages * CA_OS_PAGE) {
+          _ca_access_disarm(H.lane[l].slot);
+          H.lane[l].slot = -1;
+        }
+      H.r[i] = H.r[--H.n];
+      if (H.cur_range >= H.n) { H.cur_range = 0; H.cur_page = 0; }
+      break;
+    }
+  _ca_unlock(&H.lock);
+}
+
+static void on_range(void* p, size_t n, bool added) {
+  if (added) add_range(p, n);
+  else remove_range(p, n);
+}
+
+/* the program changed [lo, hi) itself: never armed again */
+static void on_change(uintptr_t lo, uintptr_t hi) {
+  _ca_lock(&H.lock);
+  for (uint32_t i = 0; i < H.n; i++) {
+    uintptr_t b = (uintptr_t)H.r[i].base, e = b + (size_t)H.r[i].pages * CA_OS_PAGE;
+    if (lo < e && b < hi && !H.r[i].excluded) { H.r[i].excluded = true; H.excluded++; }
+  }
+  _ca_unlock(&H.lock);
+}
+
+/* ---- windows ---------------------------------------------------------------------------------- */
+
+/* what arming a lane is expected to cost, ns: its system calls (two, and the TLB flushes they
+   send to the program's CPUs) and its faults (its heat; a quarter of its pages when never armed) */
+static uint64_t lane_cost(uint32_t at, uint32_t pages) {
+  uint32_t faults = pages / 4 + 1;
+  if (H.seen[at]) {
+    faults = 0;
+    for (uint32_t i = 0; i < pages; i++) faults += H.heat[at + i];
+    faults = faults / 256 + 1;
+  }
+  return H.lane_ns + (uint64_t)faults * H.fault_ns;
+}
+
+static void open_window(uint64_t now) {
+  uint64_t period = (uint64_t)opt[HOT_OPT_PERIOD] * 1000000u;
+  uint64_t budget = period * (uint64_t)opt[HOT_OPT_OVERHEAD] / 1000;
+  uint64_t t0 = _ca_clock_ns();
+  _ca_lock(&H.lock);
+  H.nlanes = 0;
+  uint64_t spent = 0;
+  for (uint32_t visited = 0; H.n > 0 && H.nlanes < LANES && visited <= H.n; ) {
+    if (H.cur_range >= H.n) { H.cur_range = 0; H.cur_page = 0; }
+    range_t* r = &H.r[H.cur_range];
+    if (r->excluded || H.cur_page >= r->pages) { H.cur_range++; H.cur_page = 0; visited++; continue; }
+    uint32_t pages = r->pages - H.cur_page < LANE ? r->pages - H.cur_page : LANE;
+    uint32_t at = r->at + H.cur_page;
+    uint64_t cost = lane_cost(at, pages);
+    if (H.nlanes > 0 && spent + cost > budget) break;
+    lane_t* l = &H.lane[H.nlanes];
+    *l = (lane_t){ r->base + (size_t)H.cur_page * CA_OS_PAGE, pages, at, -1, {0} };
+    l->slot = _ca_access_arm(l->base, pages, l->bits);
+    if (l->slot >= 0) { H.nlanes++; spent += cost; H.pages_armed += pages; H.seen[at] = 1; }
+    else H.arm_refused++;
+    H.cur_page += pages;
+  }
+  _ca_unlock(&H.lock);
+  H.lanes_armed += H.nlanes;
+  H.windows++;
+  H.window_arm_ns = _ca_clock_ns() - t0;
+  H.arm_ns += H.window_arm_ns;
+  H.window_end = now + (uint64_t)opt[HOT_OPT_WINDOW] * 1000000u;
+  H.next_window = now + period;
+}
+
+static void close_window(void) {
+  uint64_t t0 = _ca_clock_ns();
+  _ca_lock(&H.lock);
+  for (uint32_t l = 0; l < H.nlanes; l++) {
+    lane_t* ln = &H.lane[l];
+    if (ln->slot < 0) continue;                    /* its range was taken back meanwhile */
+    _ca_access_disarm(ln->slot);
+    _ca_hot_scan(H.heat + ln->at, ln->pages, ln->bits, &H.rng, &H.scan);
+  }
+  uint32_t lanes = H.nlanes;
+  H.nlanes = 0;
+  _ca_unlock(&H.lock);
+  uint64_t t = _ca_clock_ns() - t0;
+  H.arm_ns += t;
+  /* a lane's arming and opening, learnt (an average over the last eight windows or so) */
+  if (lanes > 0) H.lane_ns = (H.lane_ns * 7 + (H.window_arm_ns + t) / lanes) / 8;
+}
+
+/* ---- spreading --------------------------------------------------------------------------------- */
+
+/* the hot pages, hottest first, and the threshold (H.lock held) */
+static void find_hot(uint32_t k) {
+  memset(H.hist, 0, sizeof H.hist);
+  for (uint32_t i = 0; i < H.n; i++)
+    for (uint32_t p = 0; p < H.r[i].pages; p++) H.hist[H.heat[H.r[i].at + p]]++;
+  uint32_t thr = _ca_hot_threshold(H.hist, k);
+  H.threshold = thr < HOT_MIN ? HOT_MIN : thr;
+  /* hottest first, by the histogram's counts (nothing may allocate here: compact) */
+  uint32_t at_heat[256], n = 0;
+  for (int h = 255; h >= (int)H.threshold; h--) { at_heat[h] = n; n += H.hist[h]; }
+  H.nhot = n < HOT_MAX ? n : HOT_MAX;
+  for (uint32_t i = 0; i < H.n; i++)
+    for (uint32_t p = 0; p < H.r[i].pages; p++) {
+      uint32_t at = H.r[i].at + p, h = H.heat[at];
+      if (h >= H.threshold && at_heat[h] < H.nhot)
+        H.hot[at_heat[h]++] = (hot_page_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, (uint8_t)h, H.colour[at], H.first[at] };
+    }
+}
+
+/* the arena entry of a tracked page, or -1 (H.lock held) */
+static long entry_of(const uint8_t* page) {
+  for (uint32_t i = 0; i < H.n; i++)
+    if (page >= H.r[i].base && page < H.r[i].base + (size_t)H.r[i].pages * CA_OS_PAGE)
+      return (long)H.r[i].at + (page - H.r[i].base) / CA_OS_PAGE;
+  return -1;
+}
+
+/* A hot page measured (mask 0) or moved to a colour of mask, while the core cannot take its
+   range back (remove_range waits for H.busy); its new colour noted.  -3: the range is gone. */
+static int on_page(hot_page_t* h, uint64_t mask) {
+  _ca_lock(&H.lock);
+  bool live = entry_of(h->page) >= 0;
+  if (live) H.busy = h->page;
+  _ca_unlock(&H.lock);
+  if (!live) return -3;
+  int c = mask == 0 ? _ca_colour_page(h->page) : _ca_colour_move_to(h->page, mask);
+  _ca_lock(&H.lock);
+  H.busy = NULL;
+  long at = entry_of(h->page);
+  if (at >= 0 && (mask == 0 || c >= 0)) H.colour[at] = (int8_t)c;
+  if (at >= 0 && mask == 0 && H.first[at] == UNMEASURED) H.first[at] = h->first = (int8_t)c;
+  _ca_unlock(&H.lock);
+  return c;
+}
+
+static void spread(void) {
+  uint32_t colours = (uint32_t)__builtin_popcountll(_ca_colour_known_mask()), ways = _ca_colour_ways();
+  /* spread over too few colours, the hot set would crowd them: three quarters known at least */
+  if (colours == 0 || ways == 0 || colours * 4 < (uint32_t)_ca_colour_count() * 3) return;
+  uint32_t share = (uint32_t)opt[HOT_OPT_SHARE], cap = ways * share / 100 ? ways * share / 100 : 1;
+  uint32_t budget = (uint32_t)opt[HOT_OPT_BUDGET];
+  _ca_lock(&H.lock);
+  H.k = colours * ways * share / 100;
+  find_hot(H.k);
+  _ca_unlock(&H.lock);
+  /* colours measured, hottest first: two per page a period may move, and a few */
+  uint32_t measure = budget * 2 + 8;
+  for (uint32_t i = 0; i < H.nhot && measure > 0; i++)
+    if (H.hot[i].colour == UNMEASURED) {
+      H.hot[i].colour = (int8_t)on_page(&H.hot[i], 0);
+      H.measured += H.hot[i].colour != -3;
+      H.unknown += H.hot[i].colour == -1;
+      measure--;
+    }
+  uint32_t count[CA_COLOURS_MAX] = {0}, before[CA_COLOURS_MAX] = {0}, over = 0, over_before = 0;
+  for (uint32_t i = 0; i < H.nhot; i++) {
+    int c = H.hot[i].colour, f = H.hot[i].first;
+    if (c >= 0 && (uint32_t)c < colours) count[c]++;
+    if (f >= 0 && (uint32_t)f < colours) before[f]++;
+  }
+  for (uint32_t c = 0; c < colours; c++) {
+    over += count[c] > cap ? count[c] - cap : 0;
+    over_before += before[c] > cap ? before[c] - cap : 0;
+  }
+  H.over_full = over;
+  H.over_full_before = over_before;
+  memcpy(H.before, before, sizeof before);
+  /* pages to move: beyond `cap` on their colour (the hottest of them first), then the unknown */
+  uint32_t left[CA_COLOURS_MAX];
+  memcpy(left, count, sizeof count);
+  for (uint32_t pass = 0; pass < 2; pass++)
+    for (uint32_t i = 0; i < H.nhot && budget > 0; i++) {
+      int c = H.hot[i].colour;
+      if (!(pass == 0 ? c >= 0 && (uint32_t)c < colours && left[c] > cap : c == -1)) continue;
+      uint64_t mask = _ca_hot_emptiest(count, colours, cap);
+      if (mask == 0) break;                          /* every colour is full: the hot set is too big */
+      int to = on_page(&H.hot[i], mask);
+      budget--;
+      if (to < 0) { H.move_failures += to != -3; continue; }
+      if (c >= 0) { count[c]--; left[c]--; }
+      count[to]++;
+      H.hot[i].colour = (int8_t)to;
+      H.moved++;
+      H.last_move = _ca_clock_ns();
+      if (H.first_move == 0) H.first_move = H.last_move;
+    }
+  memcpy(H.now, count, sizeof count);
+}
+
+/* the colour worker's turn: a window opened or closed; ms until the next */
+static uint64_t work(void) {
+  uint64_t now = _ca_clock_ns();
+  if (H.window_end != 0) {
+    if (now < H.window_end) return (H.window_end - now) / 1000000 + 1;
+    close_window();
+    H.window_end = 0;
+    spread();
+    now = _ca_clock_ns();
+  }
+  if (now >= H.next_window) {
+    open_window(now);
+    return (uint64_t)opt[HOT_OPT_WINDOW];
+  }
+  return (H.next_window - now) / 1000000 + 1;
+}
+
+static const ca_colour_client_t client = { on_range, work };
+
+/* A fault's cost here, once: a page armed, then touched by the program's own thread. */
+static uint64_t measure_fault(void) {
+  uint8_t* p = _ca_os_map(CA_OS_PAGE);
+  if (p == NULL) return 5000;
+  uint64_t bits[1], best = UINT64_MAX;
+  for (int i = 0; i < 5; i++) {
+    p[0] = 1;
+    int s = _ca_access_arm(p, 1, bits);
+    uint64_t t0 = _ca_clock_ns();
+    ((volatile uint8_t*)p)[0]++;
+    uint64_t t = _ca_clock_ns() - t0;
+    _ca_access_disarm(s);
+    if (s >= 0 && t < best) best = t;
+  }
+  _ca_os_unmap(p, CA_OS_PAGE);
+  return best == UINT64_MAX ? 5000 : best;
+}
+
+/* Started from a constructor, not the layer's init: that may run in the process's first
+   allocation, before the C library can start a thread. */
+__attribute__((constructor)) static void start(void) {
+  _ca_started();
+  if (!H.on) return;
+  H.fault_ns = measure_fault();
+  H.lane_ns = 20000;                                   /* until learnt */
+  H.started = _ca_clock_ns();
+  _ca_colour_client(&client);
+}
+
+static void init(void) {
+  H.on = opt[HOT_OPT_ON] != 0 && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !_ca_trap_under_valgrind();
+  if (!H.on) return;
+  H.heat = _ca_os_map(PAGES);
+  H.colour = _ca_os_map(PAGES);
+  H.first = _ca_os_map(PAGES);
+  H.seen = _ca_os_map(PAGES);
+  if (H.heat == NULL || H.colour == NULL || H.first == NULL || H.seen == NULL) { H.on = false; return; }
+  H.rng = _ca_process_seed() | 1;
+  _ca_access_on_change(on_change);
+}
+
+/* ---- statistics -------------------------------------------------------------------------------- */
+
+static void counts_json(ca_buf_t* b, const char* name, const uint32_t* c, uint32_t n) {
+  ca_buf_str(b, ",\""); ca_buf_str(b, name); ca_buf_str(b, "\":[");
+  for (uint32_t i = 0; i < n; i++) { if (i) ca_buf_str(b, ","); ca_buf_u64(b, c[i]); }
+  ca_buf_str(b, "]");
+}
+
+static void stats(ca_buf_t* b) {
+  ca_buf_str(b, "{\"on\":");
+  ca_buf_str(b, H.on ? "true" : "false");
+  uint64_t faults = 0, fault_ns = 0, released = 0;
+  _ca_access_stats(&faults, &fault_ns, &released);
+  uint64_t run = H.started ? _ca_clock_ns() - H.started : 0, cost = faults * H.fault_ns + H.arm_ns;
+  ca_buf_field_u64(b, "windows", H.windows);
+  ca_buf_field_u64(b, "lanes_armed", H.lanes_armed);
+  ca_buf_field_u64(b, "pages_armed", H.pages_armed);
+  ca_buf_field_u64(b, "arm_refused", H.arm_refused);
+  ca_buf_field_u64(b, "faults", faults);
+  ca_buf_field_u64(b, "fault_ns", H.fault_ns);            /* one fault, measured at start */
+  ca_buf_field_u64(b, "released", released);
+  ca_buf_field_u64(b, "arm_us", H.arm_ns / 1000);         /* the worker's system calls */
+  ca_buf_field_u64(b, "cost_us", cost / 1000);
+  ca_buf_field_u64(b, "overhead_ppm", run ? cost * 1000000 / run : 0);
+  ca_buf_field_u64(b, "checked", H.scan.checked);
+  ca_buf_field_u64(b, "touched", H.scan.touched);
+  ca_buf_field_u64(b, "skipped", H.scan.skipped);
+  ca_buf_field_u64(b, "backtracks", H.scan.backtracks);
+  ca_buf_field_u64(b, "ranges", H.n);
+  ca_buf_field_u64(b, "pages", H.used);
+  ca_buf_field_u64(b, "untracked_pages", H.untracked_pages);
+  ca_buf_field_u64(b, "excluded_ranges", H.excluded);
+  ca_buf_field_u64(b, "k", H.k);
+  ca_buf_field_u64(b, "threshold", H.threshold);
+  ca_buf_field_u64(b, "hot_pages", H.nhot);
+  ca_buf_field_u64(b, "measured", H.measured);
+  ca_buf_field_u64(b, "unknown", H.unknown);
+  ca_buf_field_u64(b, "moved", H.moved);
+  ca_buf_field_u64(b, "first_move_ms", H.first_move ? (H.first_move - H.started) / 1000000 : 0);   /* since start */
+  ca_buf_field_u64(b, "last_move_ms", H.last_move ? (H.last_move - H.started) / 1000000 : 0);
+  ca_buf_field_u64(b, "move_failures", H.move_failures);
+  ca_buf_field_u64(b, "over_full", H.over_full);
+  ca_buf_field_u64(b, "over_full_before", H.over_full_before);
+  uint32_t colours = (uint32_t)__builtin_popcountll(_ca_colour_known_mask());
+  counts_json(b, "per_colour_before", H.before, colours);
+  counts_json(b, "per_colour", H.now, colours);
+  counts_json(b, "histogram", H.hist, 256);
+  ca_buf_str(b, ",\"colours\":");
+  _ca_colour_spread_stats_json(b);
+  ca_buf_str(b, "}");
+}
+
+static void fork_prepare(void) { _ca_lock(&H.lock); }
+static void fork_parent(void) { _ca_unlock(&H.lock); }
+static void fork_child(void) { _ca_lock_reset(&H.lock); _ca_access_fork_child(); H.nlanes = 0; H.window_end = 0; }
+
+const ca_layer_t _ca_layer_hot = {
+  .name = "hot", .options = options, .values = opt, .noptions = HOT_OPT_COUNT,
+  .init = init, .fork_prepare = fork_prepare, .fork_parent = fork_parent, .fork_child = fork_child,
+  .stats = stats,
+};
