@@ -76,6 +76,8 @@ def suite(build):
         add("%s-preload" % t, [exe(t, "plain")], colour)
     for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect", "purge", "move"]:
         add(t, [exe(t, "internal")])
+    # hot pages: found and spread over the colours, within a move budget of 8 a period
+    add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8"})
     # live page moves each way: mremap by option, and when seccomp denies userfaultfd
     add("move-mremap", [exe("move", "internal"), "mremap"], {"CHROMALLOC_OPTIONS": "colour_moves=mremap"})
     add("move-seccomp", [exe("move", "internal"), "seccomp"])

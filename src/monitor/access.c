@@ -15,8 +15,8 @@
    per entry.  The caller chooses the ranges to fit its budget (policy/hot.c).
 
    The kernel touching an armed page for a system call would fail with EFAULT, so the monitor's
-   wrappers (wrap.h) open every armed range a call's buffer meets first (_ca_access_release: its
-   pages count as touched).  A range the program itself mprotects, munmaps or madvises is opened
+   wrappers (wrap.h) open every armed range a call's buffer meets first (_ca_access_release: the
+   buffer's pages count as touched).  A range the program itself mprotects, munmaps or madvises is opened
    and the client told never to arm it again (_ca_access_exclude, _ca_access_on_change):
    re-arming it would undo the program's own protection.  Pages the locality monitor samples
    are never armed: two clients changing one page's protection would lose each other's traps. */
@@ -123,8 +123,8 @@ void _ca_access_disarm(int id) {
   _ca_unlock(&A.lock);
 }
 
-/* [p, p + len) is about to be touched by the kernel: armed ranges meeting it open, every page
-   counted as touched (the program passed it to a call) */
+/* [p, p + len) is about to be touched by the kernel: armed ranges meeting it open, its pages
+   counted as touched (the program passed them to a call) */
 void _ca_access_release(const void* p, size_t len) {
   if (!_ca_access_armed() || len == 0) return;
   uintptr_t lo = (uintptr_t)p, hi = lo + len < lo ? UINTPTR_MAX : lo + len;
@@ -133,8 +133,9 @@ void _ca_access_release(const void* p, size_t len) {
     slot_t* s = &A.slot[i];
     uintptr_t b = atomic_load_explicit(&s->base, ca_relaxed);
     if (b == 0 || hi <= b || s->end <= lo) continue;
-    size_t n = (s->end - b) / CA_OS_PAGE;
-    for (size_t k = 0; k < n; k++) atomic_fetch_or_explicit(&s->bits[k / 64], (uint64_t)1 << (k % 64), ca_relaxed);
+    uintptr_t from = lo > b ? lo : b, to = hi < s->end ? hi : s->end;
+    for (size_t k = (from - b) / CA_OS_PAGE; k < (to - b + CA_OS_PAGE - 1) / CA_OS_PAGE; k++)
+      atomic_fetch_or_explicit(&s->bits[k / 64], (uint64_t)1 << (k % 64), ca_relaxed);
     open_slot(i);
     atomic_fetch_add_explicit(&A.released, 1, ca_relaxed);
   }

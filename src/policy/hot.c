@@ -225,6 +225,23 @@ static void remove_range(uint8_t* p, size_t bytes) {
   _ca_unlock(&H.lock);
 }
 
+/* the arena entry of a tracked page, or -1 (H.lock held) */
+static long entry_of(const uint8_t* page) {
+  for (uint32_t i = 0; i < H.n; i++)
+    if (page >= H.r[i].base && page < H.r[i].base + (size_t)H.r[i].pages * CA_OS_PAGE)
+      return (long)H.r[i].at + (page - H.r[i].base) / CA_OS_PAGE;
+  return -1;
+}
+
+int _ca_hot_heat_of(const void* p) {
+  const uint8_t* page = (const uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  _ca_lock(&H.lock);
+  long at = entry_of(page);
+  int h = at >= 0 ? H.heat[at] : -1;
+  _ca_unlock(&H.lock);
+  return h;
+}
+
 static void on_range(void* p, size_t n, bool added) {
   if (added) add_range(p, n);
   else remove_range(p, n);
@@ -305,31 +322,25 @@ static void close_window(void) {
 
 /* ---- spreading --------------------------------------------------------------------------------- */
 
-/* the hot pages, hottest first, and the threshold (H.lock held) */
+/* the hot pages (the hottest k at most), hottest first, and the threshold (H.lock held) */
 static void find_hot(uint32_t k) {
   memset(H.hist, 0, sizeof H.hist);
   for (uint32_t i = 0; i < H.n; i++)
     for (uint32_t p = 0; p < H.r[i].pages; p++) H.hist[H.heat[H.r[i].at + p]]++;
   uint32_t thr = _ca_hot_threshold(H.hist, k);
   H.threshold = thr < HOT_MIN ? HOT_MIN : thr;
-  /* hottest first, by the histogram's counts (nothing may allocate here: compact) */
+  /* the hottest k, hottest first, by the histogram's counts (nothing may allocate here:
+     compact); a bin shared at the threshold gives what room is left to its first pages */
   uint32_t at_heat[256], n = 0;
   for (int h = 255; h >= (int)H.threshold; h--) { at_heat[h] = n; n += H.hist[h]; }
-  H.nhot = n < HOT_MAX ? n : HOT_MAX;
+  uint32_t most = k < HOT_MAX ? k : HOT_MAX;
+  H.nhot = n < most ? n : most;
   for (uint32_t i = 0; i < H.n; i++)
     for (uint32_t p = 0; p < H.r[i].pages; p++) {
       uint32_t at = H.r[i].at + p, h = H.heat[at];
       if (h >= H.threshold && at_heat[h] < H.nhot)
         H.hot[at_heat[h]++] = (hot_page_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, (uint8_t)h, H.colour[at], H.first[at] };
     }
-}
-
-/* the arena entry of a tracked page, or -1 (H.lock held) */
-static long entry_of(const uint8_t* page) {
-  for (uint32_t i = 0; i < H.n; i++)
-    if (page >= H.r[i].base && page < H.r[i].base + (size_t)H.r[i].pages * CA_OS_PAGE)
-      return (long)H.r[i].at + (page - H.r[i].base) / CA_OS_PAGE;
-  return -1;
 }
 
 /* A hot page measured (mask 0) or moved to a colour of mask, while the core cannot take its
@@ -511,7 +522,7 @@ static void stats(ca_buf_t* b) {
   counts_json(b, "per_colour_before", H.before, colours);
   counts_json(b, "per_colour", H.now, colours);
   counts_json(b, "histogram", H.hist, 256);
-  ca_buf_str(b, ",\"colours\":");
+  ca_buf_str(b, ",\"spread\":");
   _ca_colour_spread_stats_json(b);
   ca_buf_str(b, "}");
 }

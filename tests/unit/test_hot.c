@@ -1,0 +1,240 @@
+/* Hot pages (internal interfaces: built static only; run with hot=1 on a described machine,
+   whose L2 the colour layer simulates, so the colours are exact and the outcome is this host's
+   timing's in nothing).
+
+   1. The pieces, scripted: the heat average, the jumping scan's back-tracking, the threshold,
+      the emptiest colours; and the ranking of a scripted heap (clustered hot pages among warm
+      and cold ones, windows drawn from known touch probabilities) against the known top K.
+   2. A program: a hot set of 90% of the L2 (64-byte nodes) chased among cold blocks.  Its hot
+      pages must be found (recall 0.8 at least), spread (no colour holding more hot pages than
+      the L2 has ways, where random frames leave some over), and moved within hot_budget a
+      period; meanwhile another thread reads a pipe into memory that windows arm (no EFAULT),
+      a page the program made read-only stays so, and a forked child chases the set too. */
+#include "check.h"
+#include "../../src/policy/hot.h"
+#include "../../src/color/colour.h"
+#include "../../bench/colour/l2reading.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
+
+static void set_bit(uint64_t* b, size_t i) { b[i / 64] |= (uint64_t)1 << (i % 64); }
+
+static void pieces(void) {
+  CHECK_EQ(_ca_hot_heat(0, true), 32);
+  uint8_t h = 0;
+  for (int i = 0; i < 64; i++) h = _ca_hot_heat(h, true);
+  CHECK_EQ(h, 255);
+  CHECK(_ca_hot_heat(255, false) < 255);
+  CHECK_EQ(_ca_hot_heat(0, false), 0);
+
+  /* 0..3 untouched, 4..63 touched: the second jump lands on a touched page, so the scan goes
+     back to the page after the last untouched one and reads every touched page */
+  uint8_t heat[64] = {0};
+  uint64_t bits[1] = {0};
+  for (int i = 4; i < 64; i++) set_bit(bits, (size_t)i);
+  ca_hot_scan_t st = {0};
+  uint64_t r = 7;
+  _ca_hot_scan(heat, 64, bits, &r, &st);
+  CHECK(st.backtracks >= 1);
+  CHECK_EQ(st.touched, 60);
+  bool all = true;
+  for (int i = 4; i < 64; i++) all &= heat[i] == 32;
+  CHECK(all);
+  CHECK(heat[0] == 0 && heat[1] == 0 && heat[2] == 0 && heat[3] == 0);
+
+  /* a cold lane: a few looks, the rest jumped over, every page decays alike */
+  uint8_t warm[256];
+  memset(warm, 100, sizeof warm);
+  uint64_t none[4] = {0};
+  ca_hot_scan_t cold = {0};
+  _ca_hot_scan(warm, 256, none, &r, &cold);
+  CHECK(cold.checked * 8 < 256);
+  CHECK_EQ(cold.checked + cold.skipped, 256);
+  bool decayed = true;
+  for (int i = 0; i < 256; i++) decayed &= warm[i] == _ca_hot_heat(100, false);
+  CHECK(decayed);
+
+  uint32_t hist[256] = {0};
+  hist[200] = 10; hist[100] = 20; hist[0] = 1000;
+  CHECK_EQ(_ca_hot_threshold(hist, 10), 200);
+  CHECK_EQ(_ca_hot_threshold(hist, 15), 100);
+  CHECK_EQ(_ca_hot_threshold(hist, 500), 1);
+
+  uint32_t count[4] = { 8, 3, 3, 9 };
+  CHECK_EQ(_ca_hot_emptiest(count, 4, 8), 0x6);
+  uint32_t full[4] = { 8, 8, 8, 8 };
+  CHECK_EQ(_ca_hot_emptiest(full, 4, 8), 0);
+}
+
+/* A scripted heap of 4096 pages: 8 clusters of 24 hot pages (touched in 90% of windows), 400
+   warm pages scattered (30%), the rest cold (1%).  After 150 windows read through the jumping
+   scan, the hottest K by heat must be the hot clusters. */
+#define SP 4096
+static void ranking(void) {
+  static double p[SP];
+  static uint8_t heat[SP];
+  static bool truth[SP];
+  for (int i = 0; i < SP; i++) p[i] = 0.01;
+  for (int w = 0; w < 400; w++) p[next_rand() % SP] = 0.3;
+  int k = 0;
+  for (int c = 0; c < 8; c++) {
+    int at = (int)(next_rand() % (SP - 24));
+    for (int i = at; i < at + 24; i++) if (!truth[i]) { truth[i] = true; p[i] = 0.9; k++; }
+  }
+  ca_hot_scan_t st = {0};
+  uint64_t r = 3;
+  for (int w = 0; w < 150; w++) {
+    uint64_t bits[SP / 64] = {0};
+    for (int i = 0; i < SP; i++) if ((double)(next_rand() % 1000000) < p[i] * 1000000) set_bit(bits, (size_t)i);
+    for (int lane = 0; lane < SP; lane += 64) _ca_hot_scan(heat + lane, 64, bits + lane / 64, &r, &st);
+  }
+  uint32_t hist[256] = {0};
+  for (int i = 0; i < SP; i++) hist[heat[i]]++;
+  uint32_t thr = _ca_hot_threshold(hist, (uint32_t)k);
+  int found = 0, chosen = 0;
+  for (int i = 0; i < SP; i++) { chosen += heat[i] >= thr; found += heat[i] >= thr && truth[i]; }
+  fprintf(stderr, "ranking: top %d by heat (threshold %u, %d pages at or above): %d hot; %llu looks, %llu jumped over, %llu back-tracks\n",
+          k, thr, chosen, found, (unsigned long long)st.checked, (unsigned long long)st.skipped, (unsigned long long)st.backtracks);
+  CHECK(found * 10 >= k * 8);                      /* recall of the top K: 0.8 at least */
+  CHECK(chosen <= k * 5 / 4);                      /* ... among not many more than K */
+  CHECK(st.skipped > st.checked / 2);              /* the jumps saved looks */
+}
+
+/* ---- the program ------------------------------------------------------------------------------ */
+
+typedef struct node_s { struct node_s* next; char pad[56]; } node_t;
+static atomic_bool stop;
+static atomic_long reads, efaults;
+
+static void* reader(void* arg) {
+  int fd[2];
+  if (pipe(fd) != 0) return arg;
+  char* buf[8];
+  for (int i = 0; i < 8; i++) buf[i] = malloc(2048);
+  for (long n = 0; !atomic_load(&stop); n++) {
+    char* b = buf[n % 8];
+    if (write(fd[1], "0123456789abcdef", 16) != 16) break;
+    ssize_t r = read(fd[0], b + 512, 16);
+    if (r < 0 && errno == EFAULT) atomic_fetch_add(&efaults, 1);
+    if (r == 16) atomic_fetch_add(&reads, 1);
+    if (n % 256 == 0) usleep(200);
+  }
+  close(fd[0]); close(fd[1]);
+  for (int i = 0; i < 8; i++) free(buf[i]);
+  return arg;
+}
+
+/* the protection of the page at p, from /proc/self/maps ("rw-p"...), or "" */
+static const char* perms_of(const void* p) {
+  static char out[8];
+  out[0] = 0;
+  FILE* f = fopen("/proc/self/maps", "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char pr[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, pr) == 3 && (uintptr_t)p >= lo && (uintptr_t)p < hi) { strcpy(out, pr); break; }
+  }
+  if (f) fclose(f);
+  return out;
+}
+
+static node_t* chase(node_t* p, long steps) { for (long i = 0; i < steps; i++) p = p->next; return p; }
+
+static void program(void) {
+  size_t l2 = l2_bytes(), n = l2 * 90 / 100 / sizeof(node_t);
+  node_t** nodes = calloc(n, sizeof *nodes);
+  char* cold[512];
+  for (size_t i = 0, c = 0; i < n; i++) {
+    nodes[i] = malloc(sizeof(node_t));
+    if (i % 128 == 127 && c < 512) { cold[c] = malloc(4096 << (c % 3)); memset(cold[c], 1, 4096 << (c % 3)); c++; }
+  }
+  for (size_t i = n - 1; i > 0; i--) { size_t j = next_rand() % (i + 1); node_t* t = nodes[i]; nodes[i] = nodes[j]; nodes[j] = t; }
+  for (size_t i = 0; i < n; i++) nodes[i]->next = nodes[(i + 1) % n];
+  /* the program makes a page of its own memory read-only: it must stay so */
+  char* ro = NULL;
+  CHECK(posix_memalign((void**)&ro, 4096, 3 * 4096) == 0);
+  memset(ro, 7, 3 * 4096);
+  CHECK(mprotect(ro + 4096, 4096, PROT_READ) == 0);
+  pthread_t t;
+  pthread_create(&t, NULL, reader, NULL);
+
+  long budget = chromalloc_option("hot_budget");
+  node_t* p = nodes[0];
+  uint64_t t0 = l2_now_ns();
+  bool forked = false;
+  /* the statistics are read every 100 ms: what they allocate is touched too */
+  for (uint64_t look = t0; l2_now_ns() - t0 < 30000000000ull; ) {
+    p = chase(p, 4 * (long)n);
+    if (l2_now_ns() < look) continue;
+    look = l2_now_ns() + 100000000u;
+    if (!forked && stats_value("hot", "windows") > 10) {  /* a child while windows come and go */
+      forked = true;
+      pid_t pid = fork();
+      if (pid == 0) { chase(p, 2 * (long)n); _exit(0); }
+      int status = -1;
+      waitpid(pid, &status, 0);
+      CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    if (forked && stats_value("hot", "moved") > 0 && stats_value("hot", "over_full") == 0 &&
+        stats_value("hot", "hot_pages") * 10 >= (long long)(n * sizeof(node_t) / 4096) * 9) break;
+  }
+  l2_sink = p;
+  atomic_store(&stop, true);
+  pthread_join(t, NULL);
+  fprintf(stderr, "program: %.1f s; %lld windows, %lld hot pages (threshold %lld), %lld over-full as first measured, %lld now; %lld moved; %ld reads\n",
+          (l2_now_ns() - t0) / 1e9, stats_value("hot", "windows"), stats_value("hot", "hot_pages"),
+          stats_value("hot", "threshold"), stats_value("hot", "over_full_before"), stats_value("hot", "over_full"),
+          stats_value("hot", "moved"), atomic_load(&reads));
+
+  /* found: the nodes' pages at or above the threshold */
+  int thr = (int)stats_value("hot", "threshold"), found = 0, pages = 0;
+  static int per[CA_COLOURS_MAX];
+  uintptr_t last = 0;
+  static uintptr_t seen[8192];
+  int nseen = 0;
+  for (size_t i = 0; i < n; i++) {
+    uintptr_t pg = (uintptr_t)nodes[i] & ~(uintptr_t)4095;
+    if (pg == last) continue;
+    last = pg;
+    bool dup = false;
+    for (int k = 0; k < nseen && !dup; k++) dup = seen[k] == pg;
+    if (dup || nseen == 8192) continue;
+    seen[nseen++] = pg;
+    pages++;
+    found += _ca_hot_heat_of((void*)pg) >= thr;
+    int c = _ca_colour_of((void*)pg);
+    if (c >= 0 && c < CA_COLOURS_MAX) per[c]++;
+  }
+  int colours = _ca_colour_count(), ways = (int)stats_value("colours", "ways"), most = 0;
+  for (int c = 0; c < CA_COLOURS_MAX; c++) if (per[c] > most) most = per[c];
+  fprintf(stderr, "program: %d of the set's %d pages found hot; %d colours of %d ways, at most %d hot pages on one\n",
+          found, pages, colours, ways, most);
+  CHECK(found * 10 >= pages * 8);                  /* recall 0.8 at least */
+  CHECK(stats_value("hot", "over_full_before") > 0);   /* random frames left some colours over */
+  CHECK_EQ(stats_value("hot", "over_full"), 0);
+  CHECK(ways > 0 && most <= ways);
+  CHECK(stats_value("hot", "moved") <= budget * stats_value("hot", "windows"));
+  CHECK(stats_value("hot", "overhead_ppm") > 0);       /* reported */
+  CHECK_EQ(atomic_load(&efaults), 0);
+  CHECK(atomic_load(&reads) > 0);
+  CHECK(strncmp(perms_of(ro + 4096), "r--", 3) == 0);
+  CHECK(stats_value("hot", "excluded_ranges") >= 1);
+  CHECK(mprotect(ro + 4096, 4096, PROT_READ | PROT_WRITE) == 0);
+  free(ro);
+  for (size_t i = 0; i < n; i++) free(nodes[i]);
+  free(nodes);
+}
+
+int main(void) {
+  require_chromalloc("test_hot");
+  pieces();
+  ranking();
+  if (chromalloc_option("hot") != 1) { fprintf(stderr, "test_hot: run with CHROMALLOC_OPTIONS=hot=1\n"); return 2; }
+  program();
+  return check_done("test_hot");
+}
