@@ -274,10 +274,11 @@ typedef struct ca_colour_client_s {
 } ca_colour_client_t;
 void     _ca_colour_client(const ca_colour_client_t* c);   /* one; every colour's set is wanted */
 int      _ca_colour_page(const void* page);                /* the worker's: a live page's colour, -1 */
-int      _ca_colour_move_to(void* page, uint64_t mask);     /* the worker's: onto a frame of a colour in
-                                                               mask; that colour, or -1 */
+int      _ca_colour_move_to(void* page, uint64_t mask, uint32_t* tries);   /* the worker's: onto a frame
+                                  of a colour in mask, classifying *tries fresh pages at most; that colour, or -1 */
 uint64_t _ca_colour_known_mask(void);                       /* colours with an eviction set */
 uint32_t _ca_colour_ways(void);
+uint64_t _ca_colour_spares(void);                           /* colours with a classified page waiting */
 void     _ca_colour_spread_stats_json(ca_buf_t* b);
 void     _ca_colour_spread_fork_child(void);
 

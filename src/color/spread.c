@@ -8,8 +8,8 @@
 
      spare[c]: pages of colour c, ready to move      chunk: fresh pages not classified yet
        |                                               |
-       +--- _ca_colour_move_to(page, mask) takes one of any colour in mask, classifying fresh
-            pages until one turns up (the others join their own lists, up to SPARES in all)
+       +--- _ca_colour_move_to(page, mask, tries) takes one of any colour in mask, classifying
+            fresh pages until one turns up, `tries` at most (the others join their own lists)
 
    The client (one policy) also hears of ordinary memory as the core hands it out and takes it
    back, and gets the worker's time once the layer is ready (worker.c). */
@@ -17,7 +17,6 @@
 
 #define CHUNK   64                   /* fresh pages per supply chunk */
 #define SPARES  256                  /* classified pages waiting, in all */
-#define TRIES   64                   /* fresh pages classified for one move at most */
 
 static struct {
   const ca_colour_client_t* client;
@@ -54,25 +53,27 @@ static void* fresh_page(void) {
   return S.chunk + S.next++ * CA_OS_PAGE;
 }
 
-/* a page of a colour in mask: a spare, else fresh pages classified until one is */
-static void* frame_of(uint64_t mask, int* colour) {
+/* a page of a colour in mask: a spare, else fresh pages classified until one is (at most
+   *tries of them); those of other colours wait in their lists, SPARES / colours a colour */
+static void* frame_of(uint64_t mask, int* colour, uint32_t* tries) {
   for (uint32_t c = 0; c < L.map.ncolours; c++)
     if ((mask >> c) & 1 && S.spare[c].count > 0) { S.spares--; *colour = (int)c; return _ca_pool_pop(&S.spare[c]); }
-  for (int t = 0; t < TRIES; t++) {
+  size_t per = L.map.ncolours ? SPARES / L.map.ncolours : 0;
+  for (; *tries > 0; (*tries)--) {
     void* p = fresh_page();
     if (p == NULL) return NULL;
     int c = _ca_colour_page(p);
-    if (c >= 0 && (mask >> c) & 1) { *colour = c; return p; }
-    if (c >= 0 && S.spares < SPARES && _ca_pool_push(&S.spare[c], p)) S.spares++;
+    if (c >= 0 && (mask >> c) & 1) { (*tries)--; *colour = c; return p; }
+    if (c >= 0 && S.spare[c].count < per && _ca_pool_push(&S.spare[c], p)) S.spares++;
     else _ca_os_unmap(p, CA_OS_PAGE);
   }
   return NULL;
 }
 
-int _ca_colour_move_to(void* page, uint64_t mask) {
+int _ca_colour_move_to(void* page, uint64_t mask, uint32_t* tries) {
   if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY || _ca_pool_moves_capped(1)) return -1;
   int c = -1;
-  void* fresh = frame_of(mask, &c);
+  void* fresh = frame_of(mask, &c, tries);
   if (fresh == NULL) return -1;
   int e = errno;
   bool ok = _ca_recolour_page(page, fresh, 0, false) != 0;
@@ -88,6 +89,12 @@ uint64_t _ca_colour_known_mask(void) {
 }
 
 uint32_t _ca_colour_ways(void) { return L.map.ways; }
+
+uint64_t _ca_colour_spares(void) {
+  uint64_t m = 0;
+  for (uint32_t c = 0; c < CA_COLOURS_MAX; c++) if (S.spare[c].count > 0) m |= (uint64_t)1 << c;
+  return m;
+}
 
 void _ca_colour_spread_stats_json(ca_buf_t* b) {
   ca_buf_str(b, "{\"classified\":"); ca_buf_u64(b, S.classified);

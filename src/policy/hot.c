@@ -99,6 +99,8 @@ static struct {
   ca_hot_scan_t scan;
   uint64_t   measured, unknown, moved, move_failures, untracked_pages, excluded;
   uint32_t   over_full, over_full_before;   /* hot pages beyond their colour's share: now, as first measured */
+  uint8_t    no_frames[CA_COLOURS_MAX];    /* moves to a colour that found no frame of it */
+  uint32_t   unusable;                      /* colours given up for that */
 } H;
 
 /* ---- the pure pieces (hot.h) ----------------------------------------------------------------- */
@@ -147,6 +149,17 @@ uint32_t _ca_hot_threshold(const uint32_t hist[256], uint32_t k) {
     if (sum >= k) return (uint32_t)h;
   }
   return 1;
+}
+
+uint64_t _ca_hot_target(const uint32_t* count, uint32_t colours, uint32_t cap, uint64_t spares) {
+  uint64_t e = _ca_hot_emptiest(count, colours, cap);
+  if (e == 0 || (e & spares) != 0) return e & spares ? e & spares : e;
+  /* no page of the emptiest waits: colours one above them do as well (from a spare if any
+     waits, else fresh pages hit them more often) */
+  uint32_t least = count[__builtin_ctzll(e)];
+  uint64_t near = 0;
+  for (uint32_t c = 0; c < colours; c++) if (count[c] <= least + 1 && count[c] < cap) near |= (uint64_t)1 << c;
+  return near & spares ? near & spares : near;
 }
 
 uint64_t _ca_hot_emptiest(const uint32_t* count, uint32_t colours, uint32_t cap) {
@@ -343,15 +356,16 @@ static void find_hot(uint32_t k) {
     }
 }
 
-/* A hot page measured (mask 0) or moved to a colour of mask, while the core cannot take its
-   range back (remove_range waits for H.busy); its new colour noted.  -3: the range is gone. */
-static int on_page(hot_page_t* h, uint64_t mask) {
+/* A hot page measured (mask 0) or moved to a colour of mask (*tries: fresh pages the colour
+   layer may classify for it), while the core cannot take its range back (remove_range waits
+   for H.busy); its new colour noted.  -3: the range is gone. */
+static int on_page(hot_page_t* h, uint64_t mask, uint32_t* tries) {
   _ca_lock(&H.lock);
   bool live = entry_of(h->page) >= 0;
   if (live) H.busy = h->page;
   _ca_unlock(&H.lock);
   if (!live) return -3;
-  int c = mask == 0 ? _ca_colour_page(h->page) : _ca_colour_move_to(h->page, mask);
+  int c = mask == 0 ? _ca_colour_page(h->page) : _ca_colour_move_to(h->page, mask, tries);
   _ca_lock(&H.lock);
   H.busy = NULL;
   long at = entry_of(h->page);
@@ -375,7 +389,7 @@ static void spread(void) {
   uint32_t measure = budget * 2 + 8;
   for (uint32_t i = 0; i < H.nhot && measure > 0; i++)
     if (H.hot[i].colour == UNMEASURED) {
-      H.hot[i].colour = (int8_t)on_page(&H.hot[i], 0);
+      H.hot[i].colour = (int8_t)on_page(&H.hot[i], 0, NULL);
       H.measured += H.hot[i].colour != -3;
       H.unknown += H.hot[i].colour == -1;
       measure--;
@@ -393,20 +407,28 @@ static void spread(void) {
   H.over_full = over;
   H.over_full_before = over_before;
   memcpy(H.before, before, sizeof before);
-  /* pages to move: beyond `cap` on their colour (the hottest of them first), then the unknown */
-  uint32_t left[CA_COLOURS_MAX];
+  /* pages to move: beyond `cap` on their colour (the hottest of them first), then the unknown.
+     A colour whose frames the colour layer failed to find three times is left alone (its
+     eviction set may see no page at all): it counts as full */
+  uint32_t left[CA_COLOURS_MAX], room[CA_COLOURS_MAX], tries = budget * 2 + 8;
   memcpy(left, count, sizeof count);
+  for (uint32_t c = 0; c < colours; c++) room[c] = H.no_frames[c] >= 3 ? cap : count[c];
   for (uint32_t pass = 0; pass < 2; pass++)
     for (uint32_t i = 0; i < H.nhot && budget > 0; i++) {
       int c = H.hot[i].colour;
       if (!(pass == 0 ? c >= 0 && (uint32_t)c < colours && left[c] > cap : c == -1)) continue;
-      uint64_t mask = _ca_hot_emptiest(count, colours, cap);
-      if (mask == 0) break;                          /* every colour is full: the hot set is too big */
-      int to = on_page(&H.hot[i], mask);
+      uint64_t mask = _ca_hot_target(room, colours, cap, _ca_colour_spares());
+      if (mask == 0 || tries == 0) break;            /* every colour is full: the hot set is too big */
+      uint32_t had = tries;
+      int to = on_page(&H.hot[i], mask, &tries);
       budget--;
+      /* no frame of those colours in twice the pages that should have shown one */
+      if (to < 0 && to != -3 && (had - tries) * (uint32_t)__builtin_popcountll(mask) >= 2 * colours)
+        for (uint32_t k = 0; k < colours; k++) if ((mask >> k) & 1 && ++H.no_frames[k] == 3) { room[k] = cap; H.unusable++; }
       if (to < 0) { H.move_failures += to != -3; continue; }
-      if (c >= 0) { count[c]--; left[c]--; }
+      if (c >= 0) { count[c]--; left[c]--; room[c] -= room[c] < cap; }
       count[to]++;
+      room[to]++;
       H.hot[i].colour = (int8_t)to;
       H.moved++;
       H.last_move = _ca_clock_ns();
@@ -516,6 +538,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "first_move_ms", H.first_move ? (H.first_move - H.started) / 1000000 : 0);   /* since start */
   ca_buf_field_u64(b, "last_move_ms", H.last_move ? (H.last_move - H.started) / 1000000 : 0);
   ca_buf_field_u64(b, "move_failures", H.move_failures);
+  ca_buf_field_u64(b, "colours_without_frames", H.unusable);
   ca_buf_field_u64(b, "over_full", H.over_full);
   ca_buf_field_u64(b, "over_full_before", H.over_full_before);
   uint32_t colours = (uint32_t)__builtin_popcountll(_ca_colour_known_mask());

@@ -33,6 +33,10 @@ uint32_t _ca_hot_threshold(const uint32_t hist[256], uint32_t k);
 /* The moves that spread hot pages over colours: count[c] hot pages of colour c, `cap` per
    colour; the colours to move a page to (the emptiest below cap), or 0 when none. */
 uint64_t _ca_hot_emptiest(const uint32_t* count, uint32_t colours, uint32_t cap);
+/* ... where the next move goes: the emptiest, those of them with a classified page waiting
+   (`spares`) if any; else the colours at most one above the emptiest (those with a page
+   waiting, if any) */
+uint64_t _ca_hot_target(const uint32_t* count, uint32_t colours, uint32_t cap, uint64_t spares);
 /* The heat of the tracked page holding p, or -1 when it is not tracked. */
 int      _ca_hot_heat_of(const void* p);
 #pragma GCC visibility pop

@@ -68,6 +68,12 @@ static void pieces(void) {
   CHECK_EQ(_ca_hot_emptiest(count, 4, 8), 0x6);
   uint32_t full[4] = { 8, 8, 8, 8 };
   CHECK_EQ(_ca_hot_emptiest(full, 4, 8), 0);
+  CHECK_EQ(_ca_hot_target(count, 4, 8, 0x4), 0x4);           /* the emptiest with a page waiting */
+  CHECK_EQ(_ca_hot_target(count, 4, 8, 0x0), 0x6);           /* none waits: fresh pages, both */
+  uint32_t near[4] = { 4, 3, 6, 9 };
+  CHECK_EQ(_ca_hot_target(near, 4, 8, 0x1), 0x1);            /* one above the emptiest waits */
+  CHECK_EQ(_ca_hot_target(near, 4, 8, 0x4), 0x3);            /* too far: the two lowest, fresh */
+  CHECK_EQ(_ca_hot_target(full, 4, 8, 0xf), 0);
 }
 
 /* A scripted heap of 4096 pages: 8 clusters of 24 hot pages (touched in 90% of windows), 400
