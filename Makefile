@@ -115,6 +115,16 @@ bench-mimalloc: lib
 bench-colour-start: lib
 	python3 bench/colour_start.py
 
+# Hot pages (docs/hot.md): a hot set of 85% and 42.5% of the L2 chased among cold blocks under
+# glibc, mimalloc and the cache runtime with hot pages off and on, 7 repetitions of 10 s (about
+# 10 minutes): bench/hot.py.  Then the allocator's own suite with hot pages off and on, for the
+# sampling's cost on programs it cannot help (about 10 minutes).
+.PHONY: bench-hot
+bench-hot: lib
+	python3 bench/hot.py
+	python3 bench/run.py suite --reps 5 --allocators colour,colour-hot --out bench/results/hot-suite \
+	  --also colour=$(CSO):hot=0 --also colour-hot=$(CSO):hot=1
+
 # A short tour (under a minute): the allocator's index benchmark at a few sizes (chromalloc, its
 # index-unfriendly layout and whichever peers are installed), then the cache runtime protecting a
 # victim from a streamed polluter (tools/demo_protect.py: a table and build/demo/protect.png).

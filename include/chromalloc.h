@@ -101,6 +101,13 @@ int chromalloc_colours_reserve(int colours);
    written. */
 int chromalloc_calibrate(const char* profile, int flags, char* summary, size_t len);
 
+/* Hot pages (option hot=1, docs/hot.md): the heat of the page holding p, from 0 (not touched in
+   the sampling windows it was looked at in lately) to 255 (touched in every one); -1 when hot
+   pages are off or p is not heap memory chromalloc tracks.  chromalloc_hot_threshold() is the
+   heat at or above which a page is among the hot ones now (-1: off, or none found yet). */
+int chromalloc_heat(const void* p);
+int chromalloc_hot_threshold(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,6 +78,7 @@ def suite(build):
         add(t, [exe(t, "internal")])
     # hot pages: found and spread over the colours, within a move budget of 8 a period
     add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8"})
+    add("partition", [exe("partition", "internal")])
     # live page moves each way: mremap by option, and when seccomp denies userfaultfd
     add("move-mremap", [exe("move", "internal"), "mremap"], {"CHROMALLOC_OPTIONS": "colour_moves=mremap"})
     add("move-seccomp", [exe("move", "internal"), "seccomp"])

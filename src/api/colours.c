@@ -1,6 +1,7 @@
 /* Exported colour API of the cache runtime (include/chromalloc.h): colour sets, coloured
-   allocation, recolouring, and calibration for the `chromalloc calibrate` tool. */
+   allocation, recolouring, calibration for the `chromalloc calibrate` tool, and hot pages. */
 #include "../color/colour.h"
+#include "../policy/hot.h"
 #include "../../include/chromalloc.h"
 
 #define ca_export __attribute__((visibility("default")))
@@ -48,3 +49,7 @@ ca_export int chromalloc_calibrate(const char* profile, int flags, char* summary
   }
   return usable ? 0 : -1;
 }
+
+ca_export int chromalloc_heat(const void* p) { return _ca_hot_heat_of(p); }
+
+ca_export int chromalloc_hot_threshold(void) { return _ca_hot_threshold_now(); }

@@ -279,6 +279,12 @@ int      _ca_colour_move_to(void* page, uint64_t mask, uint32_t* tries);   /* th
 uint64_t _ca_colour_known_mask(void);                       /* colours with an eviction set */
 uint32_t _ca_colour_ways(void);
 uint64_t _ca_colour_spares(void);                           /* colours with a classified page waiting */
+/* partitions between processes sharing an L2 (partition.c) */
+uint64_t _ca_colour_partition(uint32_t colours);            /* our colours (all when alone); refreshes */
+uint32_t _ca_colour_partition_sharing(void);                /* processes sharing our L2 then, us too */
+uint64_t _ca_colour_reserved_mask(void);                    /* colours protection keeps live memory out of */
+void     _ca_colour_partition_leave(void);
+void     _ca_colour_partition_fork_child(void);
 void     _ca_colour_spread_stats_json(ca_buf_t* b);
 void     _ca_colour_spread_fork_child(void);
 
@@ -296,6 +302,7 @@ void   _ca_protect_release(const void* p, size_t n);          /* drop ranges [p,
 void   _ca_protect_stop(void);                                /* drop every range, record none */
 bool   _ca_protect_arm(int from, int to);                 /* false: armed with another pair */
 bool   _ca_protect_armed(void);
+int    _ca_protect_from(void);                                /* the set kept free of live memory (0: none) */
 bool   _ca_protect_recording(void);
 size_t _ca_protect_pages(void);                               /* pages of the ranges recorded */
 bool   _ca_protect_recorded(void);                            /* any range recorded */

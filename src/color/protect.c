@@ -177,6 +177,7 @@ void _ca_protect_stop(void) {
 }
 
 bool _ca_protect_armed(void) { return P.from > 0; }
+int  _ca_protect_from(void) { return P.from; }
 bool _ca_protect_recording(void) { return P.budget > 0; }
 size_t _ca_protect_pages(void) { return P.pages; }
 bool _ca_protect_recorded(void) { return P.n != 0; }

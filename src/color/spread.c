@@ -90,6 +90,11 @@ uint64_t _ca_colour_known_mask(void) {
 
 uint32_t _ca_colour_ways(void) { return L.map.ways; }
 
+uint64_t _ca_colour_reserved_mask(void) {
+  int f = _ca_protect_from();
+  return f > 0 && f <= CA_COLOUR_SETS && L.sets[f].used ? L.sets[f].mask : 0;
+}
+
 uint64_t _ca_colour_spares(void) {
   uint64_t m = 0;
   for (uint32_t c = 0; c < CA_COLOURS_MAX; c++) if (S.spare[c].count > 0) m |= (uint64_t)1 << c;

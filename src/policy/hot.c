@@ -34,6 +34,10 @@
    rather than the paper's counter halved every 128 scans: lanes are looked at at different
    rates here, and an average does not favour the often-seen ones.
 
+   Hot first: once protection keeps live memory out of a polluter's slice (color/protect.c),
+   those colours leave the hot pages' share, so the spread moves hot pages out of the slice
+   first, ahead of protection's own pass over the ranges, oldest first.
+
    All of it runs on the colour layer's worker thread; the program's threads only take the
    faults and tell of ranges.  A forked child is not tracked (its worker is not started). */
 #define _GNU_SOURCE
@@ -43,7 +47,7 @@
 #include "../color/colour.h"
 #include <sched.h>
 
-enum { HOT_OPT_ON, HOT_OPT_PERIOD, HOT_OPT_WINDOW, HOT_OPT_OVERHEAD, HOT_OPT_BUDGET, HOT_OPT_SHARE, HOT_OPT_COUNT };
+enum { HOT_OPT_ON, HOT_OPT_PERIOD, HOT_OPT_WINDOW, HOT_OPT_OVERHEAD, HOT_OPT_BUDGET, HOT_OPT_SHARE, HOT_OPT_PARTITION, HOT_OPT_COUNT };
 static long opt[HOT_OPT_COUNT];
 static const ca_option_desc_t options[HOT_OPT_COUNT] = {
   [HOT_OPT_ON]       = { "hot", 0, 0, 1, _ca_bool_words,
@@ -58,6 +62,9 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
   [HOT_OPT_SHARE]    = { "hot_share", 100, 1, 100, NULL,
                          "percent of the L2 the hot set is given: K = that many pages are hot, spread at that share "
                          "of each colour's ways" },
+  [HOT_OPT_PARTITION] = { "hot_partition", 1, 0, 1, _ca_bool_words,
+                         "processes of this user under hot pages that share an L2 (can run on one core) split its "
+                         "colours evenly between their hot pages (a registry beside the set file); 0: all colours" },
 };
 
 #define RANGES   4096                /* live ranges tracked */
@@ -101,6 +108,7 @@ static struct {
   uint32_t   over_full, over_full_before;   /* hot pages beyond their colour's share: now, as first measured */
   uint8_t    no_frames[CA_COLOURS_MAX];    /* moves to a colour that found no frame of it */
   uint32_t   unusable;                      /* colours given up for that */
+  uint64_t   partition;                     /* the colours our hot pages may use (hot_partition) */
 } H;
 
 /* ---- the pure pieces (hot.h) ----------------------------------------------------------------- */
@@ -246,7 +254,10 @@ static long entry_of(const uint8_t* page) {
   return -1;
 }
 
+int _ca_hot_threshold_now(void) { return H.on && H.threshold > 0 ? (int)H.threshold : -1; }
+
 int _ca_hot_heat_of(const void* p) {
+  if (!H.on) return -1;
   const uint8_t* page = (const uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
   _ca_lock(&H.lock);
   long at = entry_of(page);
@@ -381,8 +392,18 @@ static void spread(void) {
   if (colours == 0 || ways == 0 || colours * 4 < (uint32_t)_ca_colour_count() * 3) return;
   uint32_t share = (uint32_t)opt[HOT_OPT_SHARE], cap = ways * share / 100 ? ways * share / 100 : 1;
   uint32_t budget = (uint32_t)opt[HOT_OPT_BUDGET];
+  /* our colours: all, or our slice of them when other processes share our L2 */
+  uint64_t all = colours >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << colours) - 1;
+  uint64_t part = opt[HOT_OPT_PARTITION] ? _ca_colour_partition(colours) & all : all;
+  /* a polluter's slice (protection armed): hot pages leave it first, hottest first, within the
+     budget, ahead of protection's own pass (oldest first) */
+  uint64_t reserved = _ca_colour_reserved_mask();
+  if ((part & ~reserved) != 0) part &= ~reserved;
+  H.partition = part;
+  uint32_t cap_of[CA_COLOURS_MAX];
+  for (uint32_t c = 0; c < colours; c++) cap_of[c] = (part >> c) & 1 ? cap : 0;
   _ca_lock(&H.lock);
-  H.k = colours * ways * share / 100;
+  H.k = (uint32_t)__builtin_popcountll(part) * ways * share / 100;
   find_hot(H.k);
   _ca_unlock(&H.lock);
   /* colours measured, hottest first: two per page a period may move, and a few */
@@ -401,8 +422,8 @@ static void spread(void) {
     if (f >= 0 && (uint32_t)f < colours) before[f]++;
   }
   for (uint32_t c = 0; c < colours; c++) {
-    over += count[c] > cap ? count[c] - cap : 0;
-    over_before += before[c] > cap ? before[c] - cap : 0;
+    over += count[c] > cap_of[c] ? count[c] - cap_of[c] : 0;
+    over_before += before[c] > cap_of[c] ? before[c] - cap_of[c] : 0;
   }
   H.over_full = over;
   H.over_full_before = over_before;
@@ -412,11 +433,11 @@ static void spread(void) {
      eviction set may see no page at all): it counts as full */
   uint32_t left[CA_COLOURS_MAX], room[CA_COLOURS_MAX], tries = budget * 2 + 8;
   memcpy(left, count, sizeof count);
-  for (uint32_t c = 0; c < colours; c++) room[c] = H.no_frames[c] >= 3 ? cap : count[c];
+  for (uint32_t c = 0; c < colours; c++) room[c] = H.no_frames[c] >= 3 || cap_of[c] == 0 ? cap : count[c];
   for (uint32_t pass = 0; pass < 2; pass++)
     for (uint32_t i = 0; i < H.nhot && budget > 0; i++) {
       int c = H.hot[i].colour;
-      if (!(pass == 0 ? c >= 0 && (uint32_t)c < colours && left[c] > cap : c == -1)) continue;
+      if (!(pass == 0 ? c >= 0 && (uint32_t)c < colours && left[c] > cap_of[c] : c == -1)) continue;
       uint64_t mask = _ca_hot_target(room, colours, cap, _ca_colour_spares());
       if (mask == 0 || tries == 0) break;            /* every colour is full: the hot set is too big */
       uint32_t had = tries;
@@ -539,6 +560,10 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "last_move_ms", H.last_move ? (H.last_move - H.started) / 1000000 : 0);
   ca_buf_field_u64(b, "move_failures", H.move_failures);
   ca_buf_field_u64(b, "colours_without_frames", H.unusable);
+  ca_buf_str(b, ",\"partition\":\"");
+  ca_buf_hex(b, H.partition);
+  ca_buf_str(b, "\"");
+  ca_buf_field_u64(b, "sharing_l2", _ca_colour_partition_sharing());
   ca_buf_field_u64(b, "over_full", H.over_full);
   ca_buf_field_u64(b, "over_full_before", H.over_full_before);
   uint32_t colours = (uint32_t)__builtin_popcountll(_ca_colour_known_mask());
@@ -552,7 +577,16 @@ static void stats(ca_buf_t* b) {
 
 static void fork_prepare(void) { _ca_lock(&H.lock); }
 static void fork_parent(void) { _ca_unlock(&H.lock); }
-static void fork_child(void) { _ca_lock_reset(&H.lock); _ca_access_fork_child(); H.nlanes = 0; H.window_end = 0; }
+static void fork_child(void) {
+  _ca_lock_reset(&H.lock);
+  _ca_access_fork_child();
+  _ca_colour_partition_fork_child();
+  H.nlanes = 0;
+  H.window_end = 0;
+}
+
+/* a slice of the L2 is given back at exit, not when the slot goes stale */
+__attribute__((destructor)) static void leave(void) { if (H.on) _ca_colour_partition_leave(); }
 
 const ca_layer_t _ca_layer_hot = {
   .name = "hot", .options = options, .values = opt, .noptions = HOT_OPT_COUNT,

@@ -37,8 +37,10 @@ uint64_t _ca_hot_emptiest(const uint32_t* count, uint32_t colours, uint32_t cap)
    (`spares`) if any; else the colours at most one above the emptiest (those with a page
    waiting, if any) */
 uint64_t _ca_hot_target(const uint32_t* count, uint32_t colours, uint32_t cap, uint64_t spares);
-/* The heat of the tracked page holding p, or -1 when it is not tracked. */
+/* The heat of the tracked page holding p, or -1 when it is not tracked; the threshold of the
+   hot pages now (-1: off, or no period done yet). */
 int      _ca_hot_heat_of(const void* p);
+int      _ca_hot_threshold_now(void);
 #pragma GCC visibility pop
 
 #endif
