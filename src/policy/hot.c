@@ -181,6 +181,14 @@ uint64_t _ca_hot_emptiest(const uint32_t* count, uint32_t colours, uint32_t cap)
 
 /* ---- ranges ---------------------------------------------------------------------------------- */
 
+/* the arena entry of a tracked page, or -1 (H.lock held) */
+static long entry_of(const uint8_t* page) {
+  for (uint32_t i = 0; i < H.n; i++)
+    if (page >= H.r[i].base && page < H.r[i].base + (size_t)H.r[i].pages * CA_OS_PAGE)
+      return (long)H.r[i].at + (page - H.r[i].base) / CA_OS_PAGE;
+  return -1;
+}
+
 /* the arena's live entries moved down together (H.lock); ranges change order, windows hold none */
 static void compact(void) {
   /* by arena position: a shell sort, since nothing here may allocate (the worker's own
@@ -203,6 +211,11 @@ static void compact(void) {
   H.used = to;
   H.cur_range = 0;
   H.cur_page = 0;
+  for (uint32_t l = 0; l < H.nlanes; l++) {        /* a window open: its lanes' entries moved too */
+    long at = H.lane[l].slot >= 0 ? entry_of(H.lane[l].base) : -1;
+    if (at >= 0) H.lane[l].at = (uint32_t)at;
+    else if (H.lane[l].slot >= 0) { _ca_access_disarm(H.lane[l].slot); H.lane[l].slot = -1; }
+  }
 }
 
 static void add_range(uint8_t* p, size_t bytes) {
@@ -244,14 +257,6 @@ static void remove_range(uint8_t* p, size_t bytes) {
       break;
     }
   _ca_unlock(&H.lock);
-}
-
-/* the arena entry of a tracked page, or -1 (H.lock held) */
-static long entry_of(const uint8_t* page) {
-  for (uint32_t i = 0; i < H.n; i++)
-    if (page >= H.r[i].base && page < H.r[i].base + (size_t)H.r[i].pages * CA_OS_PAGE)
-      return (long)H.r[i].at + (page - H.r[i].base) / CA_OS_PAGE;
-  return -1;
 }
 
 int _ca_hot_threshold_now(void) { return H.on && H.threshold > 0 ? (int)H.threshold : -1; }
