@@ -79,6 +79,10 @@ def suite(build):
     # hot pages: found and spread over the colours, within a move budget of 8 a period
     add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8"})
     add("partition", [exe("partition", "internal")])
+    # the allocator's tests with hot pages tracking every range from the start (threads telling
+    # of ranges while windows are armed, fork with lanes armed)
+    for t in ["stress", "threads", "fork"]:
+        add("%s-hot" % t, [exe(t, "plain")], dict(colour, CHROMALLOC_OPTIONS="hot=1,hot_delay=0"))
     # live page moves each way: mremap by option, and when seccomp denies userfaultfd
     add("move-mremap", [exe("move", "internal"), "mremap"], {"CHROMALLOC_OPTIONS": "colour_moves=mremap"})
     add("move-seccomp", [exe("move", "internal"), "seccomp"])

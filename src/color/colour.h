@@ -271,6 +271,7 @@ bool     _ca_colour_suspect(bool* suspected, bool bad, bool judged_ok);   /* dro
 typedef struct ca_colour_client_s {
   void     (*range)(void* p, size_t n, bool added);   /* ordinary memory handed out / taken back */
   uint64_t (*work)(void);      /* on the worker once the layer is ready: ms until it wants it again */
+  uint64_t delay_ms;           /* the worker starts this long after the process at the earliest */
 } ca_colour_client_t;
 void     _ca_colour_client(const ca_colour_client_t* c);   /* one; every colour's set is wanted */
 int      _ca_colour_page(const void* page);                /* the worker's: a live page's colour, -1 */

@@ -210,8 +210,21 @@ static void pace(void) {
   }
 }
 
+/* Started for a client alone, the worker waits until the process has run the client's delay
+   (or a set is registered): a program that ends sooner never gets back what the start costs
+   (xchurn, 0.12 s: 0.19-0.27 s with hot pages on from the first millisecond). */
+static void client_delay(void) {
+  const ca_colour_client_t* c = _ca_cs_client();
+  uint64_t until = c != NULL ? L.born_ns + c->delay_ms * 1000000u : 0;
+  pthread_mutex_lock(&L.wake_lock);
+  for (uint64_t now; L.generation == 0 && (now = _ca_clock_ns()) < until; )
+    _ca_cs_wait_wake((until - now) / 1000000 + 1);
+  pthread_mutex_unlock(&L.wake_lock);
+}
+
 void* _ca_cs_worker_main(void* arg) {
   if (pthread_getcpuclockid(pthread_self(), &L.worker_clock) == 0) atomic_store(&L.worker_alive, true);
+  client_delay();
   worker((int)(intptr_t)arg);
   _ca_clock_read_ns(CLOCK_THREAD_CPUTIME_ID, &L.worker_cpu_ns);
   atomic_store(&L.worker_alive, false);

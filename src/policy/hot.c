@@ -46,13 +46,18 @@
 #include "../monitor/trap.h"
 #include "../color/colour.h"
 #include <sched.h>
+#include <unistd.h>
 
-enum { HOT_OPT_ON, HOT_OPT_PERIOD, HOT_OPT_WINDOW, HOT_OPT_OVERHEAD, HOT_OPT_BUDGET, HOT_OPT_SHARE, HOT_OPT_PARTITION, HOT_OPT_COUNT };
+enum { HOT_OPT_ON, HOT_OPT_DELAY, HOT_OPT_PERIOD, HOT_OPT_WINDOW, HOT_OPT_OVERHEAD, HOT_OPT_BUDGET, HOT_OPT_SHARE,
+       HOT_OPT_PARTITION, HOT_OPT_COUNT };
 static long opt[HOT_OPT_COUNT];
 static const ca_option_desc_t options[HOT_OPT_COUNT] = {
   [HOT_OPT_ON]       = { "hot", 0, 0, 1, _ca_bool_words,
                          "hot pages (paper 002): find the program's most touched pages by sampled page traps and "
                          "spread them evenly over the L2's colours (the colour layer); see docs/hot.md" },
+  [HOT_OPT_DELAY]    = { "hot_delay", 200, 0, 3600000, NULL,
+                         "ms of run time before the colour worker starts for hot pages (a program that ends sooner "
+                         "pays nothing)" },
   [HOT_OPT_PERIOD]   = { "hot_period", 100, 10, 10000, NULL, "ms between two sampling windows" },
   [HOT_OPT_WINDOW]   = { "hot_window", 2, 1, 50, NULL, "ms a sampling window lasts (pages touched in it count)" },
   [HOT_OPT_OVERHEAD] = { "hot_overhead", 10, 1, 1000, NULL,
@@ -75,6 +80,8 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
 #define HOT_MAX  4096                /* hot pages looked at a period */
 #define UNMEASURED (-2)
 
+#define INDEX    8192                /* open addressing over the ranges' bases (twice RANGES) */
+
 typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded; } range_t;
 typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; uint64_t bits[LANE / 64]; } lane_t;
 typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; } hot_page_t;
@@ -84,6 +91,7 @@ static struct {
   ca_lock_t  lock;                   /* ranges and the arena (program threads tell of ranges) */
   range_t    r[RANGES];
   uint32_t   n;
+  uint16_t   index[INDEX];            /* a range's slot + 1 by its base (0: empty): O(1) removal */
   uint8_t*   heat;                   /* the arena: PAGES entries each, mapped once */
   int8_t*    colour;
   int8_t*    first;                  /* the colour it had when first measured (before any move) */
@@ -97,6 +105,8 @@ static struct {
   uint64_t   lane_ns, window_arm_ns;  /* a lane armed and opened (learnt); this window's arming */
   hot_page_t hot[HOT_MAX];           /* the worker's copy: hottest first */
   uint8_t* _Atomic busy;             /* the page the worker measures or moves (remove_range waits) */
+  _Atomic(bool) forking;             /* between fork's prepare and its parent or child handler, */
+  pid_t      fork_pid;               /* ... in this process */
   uint32_t   hist[256], threshold, k, nhot;
   uint32_t   before[CA_COLOURS_MAX], now[CA_COLOURS_MAX];   /* the hot pages per colour, as first
                                                                measured and now */
@@ -189,6 +199,31 @@ static long entry_of(const uint8_t* page) {
   return -1;
 }
 
+static size_t home(const uint8_t* b) { return (size_t)(((uintptr_t)b >> 12) * 0x9E3779B97F4A7C15ull >> 51) & (INDEX - 1); }
+
+static void index_put(const uint8_t* b, uint32_t i) {
+  size_t h = home(b);
+  while (H.index[h] != 0) h = (h + 1) & (INDEX - 1);
+  H.index[h] = (uint16_t)(i + 1);
+}
+
+static size_t index_find(const uint8_t* b) {
+  for (size_t h = home(b); H.index[h] != 0; h = (h + 1) & (INDEX - 1))
+    if (H.r[H.index[h] - 1].base == b) return h;
+  return SIZE_MAX;
+}
+
+/* emptied, the entries after it in their probe run shifted back (linear probing) */
+static void index_delete(size_t h) {
+  for (size_t j = h;;) {
+    j = (j + 1) & (INDEX - 1);
+    if (H.index[j] == 0) break;
+    size_t k = home(H.r[H.index[j] - 1].base);
+    if ((j > h && (k <= h || k > j)) || (j < h && k <= h && k > j)) { H.index[h] = H.index[j]; h = j; }
+  }
+  H.index[h] = 0;
+}
+
 /* the arena's live entries moved down together (H.lock); ranges change order, windows hold none */
 static void compact(void) {
   /* by arena position: a shell sort, since nothing here may allocate (the worker's own
@@ -208,6 +243,8 @@ static void compact(void) {
     r->at = (uint32_t)to;
     to += r->pages;
   }
+  memset(H.index, 0, sizeof H.index);               /* the ranges moved: indexed anew */
+  for (uint32_t i = 0; i < H.n; i++) index_put(H.r[i].base, i);
   H.used = to;
   H.cur_range = 0;
   H.cur_page = 0;
@@ -226,6 +263,7 @@ static void add_range(uint8_t* p, size_t bytes) {
   _ca_lock(&H.lock);
   if (H.used + pages > PAGES) compact();
   if (H.n < RANGES && H.used + pages <= PAGES) {
+    index_put(lo, H.n);
     H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, false };
     memset(H.heat + H.used, 0, pages);
     memset(H.colour + H.used, UNMEASURED, pages);
@@ -245,17 +283,21 @@ static void remove_range(uint8_t* p, size_t bytes) {
     _ca_unlock(&H.lock);                         /* a measurement or a move: under a millisecond */
     sched_yield();
   }
-  for (uint32_t i = 0; i < H.n; i++)
-    if (H.r[i].base == lo) {
-      for (uint32_t l = 0; l < H.nlanes; l++)
-        if (H.lane[l].slot >= 0 && H.lane[l].base >= lo && H.lane[l].base < lo + (size_t)H.r[i].pages * CA_OS_PAGE) {
-          _ca_access_disarm(H.lane[l].slot);
-          H.lane[l].slot = -1;
-        }
-      H.r[i] = H.r[--H.n];
-      if (H.cur_range >= H.n) { H.cur_range = 0; H.cur_page = 0; }
-      break;
+  size_t h = index_find(lo);
+  if (h != SIZE_MAX) {
+    uint32_t i = H.index[h] - 1;
+    for (uint32_t l = 0; l < H.nlanes; l++)
+      if (H.lane[l].slot >= 0 && H.lane[l].base >= lo && H.lane[l].base < lo + (size_t)H.r[i].pages * CA_OS_PAGE) {
+        _ca_access_disarm(H.lane[l].slot);
+        H.lane[l].slot = -1;
+      }
+    index_delete(h);
+    if (i != --H.n) {                              /* the last range takes its slot */
+      H.index[index_find(H.r[H.n].base)] = (uint16_t)(i + 1);
+      H.r[i] = H.r[H.n];
     }
+    if (H.cur_range >= H.n) { H.cur_range = 0; H.cur_page = 0; }
+  }
   _ca_unlock(&H.lock);
 }
 
@@ -272,8 +314,13 @@ int _ca_hot_heat_of(const void* p) {
 }
 
 static void on_range(void* p, size_t n, bool added) {
+  /* a fork child, before its handlers are done: the core's hands back its kept objects while
+     H.lock is still held by the fork (this thread, in the parent) */
+  bool child = atomic_load_explicit(&H.forking, ca_acquire) && getpid() != H.fork_pid;
+  if (child) _ca_lock_reset(&H.lock);
   if (added) add_range(p, n);
   else remove_range(p, n);
+  if (child) _ca_lock(&H.lock);
 }
 
 /* the program changed [lo, hi) itself: never armed again */
@@ -480,7 +527,7 @@ static uint64_t work(void) {
   return (H.next_window - now) / 1000000 + 1;
 }
 
-static const ca_colour_client_t client = { on_range, work };
+static ca_colour_client_t client = { on_range, work, 0 };
 
 /* A fault's cost here, once: a page armed, then touched by the program's own thread. */
 static uint64_t measure_fault(void) {
@@ -507,6 +554,7 @@ __attribute__((constructor)) static void start(void) {
   if (!H.on) return;
   H.fault_ns = measure_fault();
   H.lane_ns = 20000;                                   /* until learnt */
+  client.delay_ms = (uint64_t)opt[HOT_OPT_DELAY];
   H.started = _ca_clock_ns();
   _ca_colour_client(&client);
 }
@@ -580,9 +628,14 @@ static void stats(ca_buf_t* b) {
   ca_buf_str(b, "}");
 }
 
-static void fork_prepare(void) { _ca_lock(&H.lock); }
-static void fork_parent(void) { _ca_unlock(&H.lock); }
+static void fork_prepare(void) {
+  _ca_lock(&H.lock);
+  H.fork_pid = getpid();
+  atomic_store_explicit(&H.forking, true, ca_release);
+}
+static void fork_parent(void) { atomic_store_explicit(&H.forking, false, ca_release); _ca_unlock(&H.lock); }
 static void fork_child(void) {
+  atomic_store_explicit(&H.forking, false, ca_release);
   _ca_lock_reset(&H.lock);
   _ca_access_fork_child();
   _ca_colour_partition_fork_child();
