@@ -83,22 +83,37 @@ def calibrate(work):
     return r.returncode == 0
 
 
+def launched(program, argv, preload, extra, work, key, stats):
+    """one process through build/bench/launch, the environment cleared of chromalloc's and
+    `extra` added: (stdout, stderr, launch's report, error, the statistics JSON or {})"""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("CHROMALLOC_")}
+    env.update(extra)
+    path = work / f"stats-{key}.json"
+    report = work / f"launch-{key}"
+    if stats:
+        env["CHROMALLOC_STATS"] = str(path)
+    cmd = [str(BUILD / "launch")] + (["-p", preload] if preload else []) + [str(report), str(program)] + argv
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, err, rep, error = harness.wait_launched(p, 600, report)
+    s = {}
+    if path.exists():
+        try:
+            s = json.load(open(path))
+        except ValueError:
+            pass
+        path.unlink()
+    return out, err, rep, error, s
+
+
 def one(name, table, work, argv, key):
     """one vp process: a row of measurements (error set when it failed)"""
     preload, extra = table[name]
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("CHROMALLOC_")}
-    env.update(extra)
+    extra = dict(extra)
     if name == "colour-cold":
         cold = work / f"cold-{key}"
         cold.mkdir(parents=True, exist_ok=True)
-        env.update(CHROMALLOC_PROFILE=str(cold / "profile.json"), CHROMALLOC_SETS=shm_path(work, f"cold-{key}"))
-    stats = work / f"stats-{key}.json"
-    report = work / f"launch-{key}"
-    if name.startswith("colour"):
-        env["CHROMALLOC_STATS"] = str(stats)
-    cmd = [str(BUILD / "launch")] + (["-p", preload] if preload else []) + [str(report), str(VP)] + argv
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    out, err, rep, error = harness.wait_launched(p, 600, report)
+        extra.update(CHROMALLOC_PROFILE=str(cold / "profile.json"), CHROMALLOC_SETS=shm_path(work, f"cold-{key}"))
+    out, err, rep, error, s = launched(VP, argv, preload, extra, work, key, name.startswith("colour"))
     row = {"config": name, "error": error}
     if rep:
         row.update(wall_s=rep[0], rss_mib=rep[1] / 1024, user_s=rep[3], sys_s=rep[4])
@@ -112,20 +127,14 @@ def one(name, table, work, argv, key):
         row[k] = float(kv[k]) if k in kv else None
     row["rounds"] = int(kv["rounds"]) if "rounds" in kv else None
     row["ratio"] = row.pop("ratio_from2s") or None
-    if stats.exists():
-        try:
-            s = json.load(open(stats))
-        except ValueError:
-            s = {}
-        c, nw = s.get("colours") or {}, s.get("nightwatch") or {}
-        if c:
-            for k in ("state", "sets_from", "asked_ms", "ready_ms", "stocked_ms", "ready_cpu_ms", "stocked_cpu_ms", "worker_cpu_ms", "worker_paced_ms"):
-                row[k] = c.get(k)
-            if not c.get("stocked_ms"):
-                row["stocked_ms"] = None                # never stocked
-            restrictive, ordinary = nw.get("restrictive", 0), nw.get("restrictive_ordinary", 0)
-            row["protected"] = (restrictive - ordinary) / row["rounds"] if row.get("rounds") else None
-        stats.unlink()
+    c, nw = s.get("colours") or {}, s.get("nightwatch") or {}
+    if c:
+        for k in ("state", "sets_from", "asked_ms", "ready_ms", "stocked_ms", "ready_cpu_ms", "stocked_cpu_ms", "worker_cpu_ms", "worker_paced_ms"):
+            row[k] = c.get(k)
+        if not c.get("stocked_ms"):
+            row["stocked_ms"] = None                # never stocked
+        restrictive, ordinary = nw.get("restrictive", 0), nw.get("restrictive_ordinary", 0)
+        row["protected"] = (restrictive - ordinary) / row["rounds"] if row.get("rounds") else None
     if name == "colour-cold":
         Path(shm_path(work, f"cold-{key}")).unlink(missing_ok=True)
     return row
@@ -174,7 +183,6 @@ def plot(rows, args, path):
     ax.set_xticks(range(len(groups)), [f"{v} {s} s" for v, s in groups], rotation=20)
     ax.set_ylabel("victim ns with the polluter / alone (from the 2nd second)")
     ax.set_title("the victim beside the polluter (target 1.2)")
-    ax.legend(fontsize=8)
     ax = axes[1]
     for i, name in enumerate([c for c in args.configs if c.startswith("colour")]):
         xs, ys = [], []
@@ -189,7 +197,13 @@ def plot(rows, args, path):
     ax.set_xticks(range(len(groups)), [f"{v} {s} s" for v, s in groups], rotation=20)
     ax.set_ylabel("first stock in, s after asking (60: never)")
     ax.set_title("the cache runtime's start (target 1 s)")
-    ax.legend(fontsize=8)
+    saved(fig, plt, path)
+
+
+def saved(fig, plt, path):
+    """the figure's legends shown, the figure written and closed"""
+    for ax in fig.axes:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

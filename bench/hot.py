@@ -35,7 +35,7 @@ import argparse, json, os, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import run as harness
-from colour_start import calibrate, shm_path, l2_geometry, med, fmt
+from colour_start import calibrate, launched, saved, shm_path, l2_geometry, med, fmt
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -65,15 +65,7 @@ def config_table(work):
 
 def one(name, table, work, argv, key):
     preload, extra = table[name]
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("CHROMALLOC_")}
-    env.update(extra)
-    stats = work / f"stats-{key}.json"
-    report = work / f"launch-{key}"
-    if name.startswith("colour"):
-        env["CHROMALLOC_STATS"] = str(stats)
-    cmd = [str(BUILD / "launch")] + (["-p", preload] if preload else []) + [str(report), str(HOTFIT)] + argv
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    out, err, rep, error = harness.wait_launched(p, 600, report)
+    out, err, rep, error, s = launched(HOTFIT, argv, preload, extra, work, key, name.startswith("colour"))
     row = {"config": name, "error": error}
     if rep:
         row.update(wall_s=rep[0], rss_mib=rep[1] / 1024)
@@ -88,17 +80,11 @@ def one(name, table, work, argv, key):
     for k in ("ns_from3s", "recall", "hot_pages", "cold_called_hot"):
         row[k] = float(kv[k]) if k in kv else None
     row["per_second"] = " ".join(f"{x:.3f}" for x in secs)
-    if stats.exists():
-        try:
-            s = json.load(open(stats))
-        except ValueError:
-            s = {}
-        c, h = s.get("colours") or {}, s.get("hot") or {}
-        row["worker_cpu_ms"] = c.get("worker_cpu_ms")
-        if h.get("on"):
-            for k in ("overhead_ppm", "moved", "over_full_before", "over_full", "last_move_ms", "faults", "windows"):
-                row[k] = h.get(k)
-        stats.unlink()
+    c, h = s.get("colours") or {}, s.get("hot") or {}
+    row["worker_cpu_ms"] = c.get("worker_cpu_ms")
+    if h.get("on"):
+        for k in ("overhead_ppm", "moved", "over_full_before", "over_full", "last_move_ms", "faults", "windows"):
+            row[k] = h.get(k)
     return row
 
 
@@ -171,7 +157,6 @@ def plot(rows, args, path):
     ax.set_xticks(range(len(args.pcts)), [f"{p:g}% of the L2" for p in args.pcts])
     ax.set_ylabel("ns per node (median of the seconds from the 3rd on)")
     ax.set_title("a hot set chased among cold blocks")
-    ax.legend(fontsize=8)
     ax = axes[1]
     for name in args.configs:
         big = [r for r in rows if r["config"] == name and r["pct"] == max(args.pcts) and r.get("per_second")]
@@ -182,11 +167,7 @@ def plot(rows, args, path):
     ax.set_xlabel("second of the run")
     ax.set_ylabel("ns per node")
     ax.set_title(f"every second, at {max(args.pcts):g}% of the L2")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    say(f"wrote {os.path.relpath(path, ROOT)}")
+    saved(fig, plt, path)
 
 
 def main():
