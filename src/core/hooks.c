@@ -42,6 +42,16 @@ uint8_t _ca_flavour_of(const void* p) {
   return seg->kind == CA_SEG_LARGE ? __atomic_load_n(&seg->flavour, __ATOMIC_ACQUIRE) : _ca_span_of(seg, p)->flavour;
 }
 
+uint32_t _ca_block_size_of(const void* p) {
+  ca_segment_t* seg = _ca_segment_of(p);
+  return seg == NULL || seg->kind == CA_SEG_LARGE ? 0 : _ca_span_of(seg, p)->block_size;
+}
+
+uint8_t* _ca_span_memory_of(const void* p) {
+  ca_segment_t* seg = _ca_segment_of(p);
+  return seg == NULL || seg->kind == CA_SEG_LARGE ? NULL : _ca_span_base(seg, _ca_span_of(seg, p));
+}
+
 size_t _ca_machine_l2(void) {
   for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
     if (_ca_machine.levels[i].level == 2) return _ca_machine.levels[i].size;

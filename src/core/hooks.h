@@ -141,6 +141,9 @@ bool   _ca_large_info(const void* p, size_t* size, uint8_t* flavour);
    `flavour` (0: ordinary): the caller recoloured them.  Its free gives them back accordingly. */
 void   _ca_large_set_flavour(void* p, uint8_t flavour);
 uint8_t _ca_flavour_of(const void* p);          /* of the span or large object holding p (0: ordinary) */
+uint32_t _ca_block_size_of(const void* p);      /* the block size of the span holding p (0: a large
+                                                   object, or not ours) */
+uint8_t* _ca_span_memory_of(const void* p);     /* the base span_memory was given for that span (NULL: none) */
 /* the size classes (read-only once the process has started) */
 #define CA_CLASS_MAX 64                                /* room for the class table (56 used) */
 extern uint32_t _ca_class_size[];

@@ -15,10 +15,10 @@
    per entry.  The caller chooses the ranges to fit its budget (policy/hot.c).
 
    The kernel touching an armed page for a system call would fail with EFAULT, so the monitor's
-   wrappers (wrap.h) open every armed range a call's buffer meets first (_ca_access_release: the
-   buffer's pages count as touched).  A range the program itself mprotects, munmaps or madvises is opened
-   and the client told never to arm it again (_ca_access_exclude, _ca_access_on_change):
-   re-arming it would undo the program's own protection.  Pages the locality monitor samples
+   wrappers (wrap.h) tell the client of every call's buffers, and of the program's own mprotect,
+   munmap and madvise, before the real call (_ca_access_release): it never arms that memory
+   again (a call may block longer than any window; re-arming would undo the program's own
+   protection), and armed ranges meeting it open at once, the buffer's pages counted as touched.  Pages the locality monitor samples
    are never armed: two clients changing one page's protection would lose each other's traps. */
 #define _GNU_SOURCE
 #include "monitor.h"
@@ -123,11 +123,15 @@ void _ca_access_disarm(int id) {
   _ca_unlock(&A.lock);
 }
 
-/* [p, p + len) is about to be touched by the kernel: armed ranges meeting it open, its pages
-   counted as touched (the program passed them to a call) */
+/* [p, p + len) is about to be touched by the kernel (a system call's buffer) or changed by the
+   program (its mprotect, munmap, madvise): the client is told first, so that it never arms that
+   memory again (a blocking call, wait4 for a child's status, outlives any window), then armed
+   ranges meeting it open, its pages counted as touched. */
 void _ca_access_release(const void* p, size_t len) {
-  if (!_ca_access_armed() || len == 0) return;
+  if (len == 0 || (A.changed == NULL && !_ca_access_armed())) return;
   uintptr_t lo = (uintptr_t)p, hi = lo + len < lo ? UINTPTR_MAX : lo + len;
+  if (A.changed != NULL) A.changed(lo, hi);
+  if (!_ca_access_armed()) return;
   _ca_lock(&A.lock);
   for (int i = 0; i < SLOTS; i++) {
     slot_t* s = &A.slot[i];
@@ -142,14 +146,10 @@ void _ca_access_release(const void* p, size_t len) {
   _ca_unlock(&A.lock);
 }
 
-void _ca_access_exclude(const void* p, size_t len) {
-  if (len == 0 || !A.trap_ok) return;                      /* nothing was ever armed */
-  uintptr_t lo = (uintptr_t)p, hi = lo + len < lo ? UINTPTR_MAX : lo + len;
-  if (A.changed != NULL) A.changed(lo, hi);                 /* first: no arming from now on */
-  _ca_access_release(p, len);
-}
-
 void _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi)) { A.changed = fn; }
+
+/* the wrappers must look at every call's buffers: ranges are armed, or a client may arm them */
+bool _ca_access_watching(void) { return A.changed != NULL || _ca_access_armed(); }
 
 void _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released) {
   *faults = atomic_load(&A.faults);

@@ -83,9 +83,10 @@ int    _ca_access_arm(void* base, size_t pages, uint64_t* bits);
 void   _ca_access_disarm(int slot);                 /* the window's end: the range opened */
 bool   _ca_access_armed(void);                      /* any range armed (one load) */
 bool   _ca_access_covers(uintptr_t a);              /* a lies in an armed range */
-void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer: opened, touched */
-void   _ca_access_exclude(const void* p, size_t len);   /* the program's mprotect/munmap/madvise */
-void   _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi));   /* ... is told here first */
+void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer, the program's
+                                                           mprotect/munmap/madvise: never armed again */
+void   _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi));   /* ... the client is told here */
+bool   _ca_access_watching(void);                   /* the wrappers must release buffers */
 void   _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released);
 void   _ca_access_fork_child(void);
 #pragma GCC visibility pop

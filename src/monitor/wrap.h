@@ -114,7 +114,7 @@ extern ssize_t __send(int fd, const void* buf, size_t n, int flags);
 /* the monitor's sampled pages, protection's ranges (a page being recoloured is briefly
    read-only) and ranges armed for access bits (access.c), in [p, p + n) */
 static inline void release(const void* p, size_t n) { _ca_monitor_release(p, n); _ca_protect_release(p, n); _ca_access_release(p, n); }
-static inline bool watching(void) { return _ca_monitor_active() || _ca_protect_recorded() || _ca_access_armed(); }
+static inline bool watching(void) { return _ca_monitor_active() || _ca_protect_recorded() || _ca_access_watching(); }
 
 
 static inline void release_iov(const struct iovec* iov, int cnt) {

@@ -57,9 +57,9 @@ ca_interpose size_t __fread_chk(void* p, size_t bs, size_t s, size_t c, FILE* f)
 
 /* the program's own protection changes: raw system calls, so chromalloc's own calls (which
    also land here) never wait on the monitor */
-ca_interpose int mprotect(void* p, size_t n, int prot) { release(p, n); _ca_access_exclude(p, n); return sys_result(_ca_syscall6(SYS_mprotect, (long)p, (long)n, prot, 0, 0, 0)); }
-ca_interpose int munmap(void* p, size_t n) { release(p, n); _ca_access_exclude(p, n); return sys_result(_ca_syscall6(SYS_munmap, (long)p, (long)n, 0, 0, 0, 0)); }
-ca_interpose int madvise(void* p, size_t n, int advice) { release(p, n); _ca_access_exclude(p, n); return sys_result(_ca_syscall6(SYS_madvise, (long)p, (long)n, advice, 0, 0, 0)); }
+ca_interpose int mprotect(void* p, size_t n, int prot) { release(p, n); return sys_result(_ca_syscall6(SYS_mprotect, (long)p, (long)n, prot, 0, 0, 0)); }
+ca_interpose int munmap(void* p, size_t n) { release(p, n); return sys_result(_ca_syscall6(SYS_munmap, (long)p, (long)n, 0, 0, 0, 0)); }
+ca_interpose int madvise(void* p, size_t n, int advice) { release(p, n); return sys_result(_ca_syscall6(SYS_madvise, (long)p, (long)n, advice, 0, 0, 0)); }
 
 /* ---- more buffers ------------------------------------------------------------------------- */
 WRAP(ssize_t, getdents64, (int fd, void* b, size_t n), (fd, b, n), release(b, n))

@@ -255,7 +255,15 @@ static void compact(void) {
   }
 }
 
+/* Only spans of blocks below this are tracked.  glibc fills and drains its own buffers (stdio's,
+   from 1 KiB for a terminal; directory streams', 32 KiB; the resolver's, 64 KiB) through system
+   calls of its own, which chromalloc cannot see: a trapped page there fails the call with EFAULT
+   (`head -c N | ...` under hot pages: "error writing standard output").  None is smaller. */
+#define BLOCK_MAX 1024
+
 static void add_range(uint8_t* p, size_t bytes) {
+  uint32_t block = _ca_block_size_of(p);
+  if (block == 0 || block >= BLOCK_MAX) return;
   uint8_t* lo = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
   uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
   if (hi <= lo) return;
@@ -323,13 +331,24 @@ static void on_range(void* p, size_t n, bool added) {
   if (child) _ca_lock(&H.lock);
 }
 
-/* the program changed [lo, hi) itself: never armed again */
+/* [lo, hi) goes to the kernel in a system call, or the program changes it itself: never armed
+   again.  A buffer within a span or two is found by its span; a longer one by every range. */
 static void on_change(uintptr_t lo, uintptr_t hi) {
+  uint8_t* a = _ca_span_memory_of((const void*)lo);
+  uint8_t* b = hi - lo <= 65536 ? _ca_span_memory_of((const void*)(hi - 1)) : NULL;
+  if (hi - lo <= 65536 && a == NULL && b == NULL) return;      /* not span memory: not tracked */
   _ca_lock(&H.lock);
-  for (uint32_t i = 0; i < H.n; i++) {
-    uintptr_t b = (uintptr_t)H.r[i].base, e = b + (size_t)H.r[i].pages * CA_OS_PAGE;
-    if (lo < e && b < hi && !H.r[i].excluded) { H.r[i].excluded = true; H.excluded++; }
-  }
+  if (hi - lo <= 65536) {
+    for (int k = 0; k < 2; k++) {
+      uint8_t* base = (uint8_t*)(((uintptr_t)(k ? b : a) + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
+      size_t h = (k ? b : a) != NULL ? index_find(base) : SIZE_MAX;
+      if (h != SIZE_MAX && !H.r[H.index[h] - 1].excluded) { H.r[H.index[h] - 1].excluded = true; H.excluded++; }
+    }
+  } else
+    for (uint32_t i = 0; i < H.n; i++) {
+      uintptr_t rb = (uintptr_t)H.r[i].base, re = rb + (size_t)H.r[i].pages * CA_OS_PAGE;
+      if (lo < re && rb < hi && !H.r[i].excluded) { H.r[i].excluded = true; H.excluded++; }
+    }
   _ca_unlock(&H.lock);
 }
 
