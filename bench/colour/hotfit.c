@@ -2,7 +2,7 @@
 
    A linked structure of 64-byte nodes (malloc(64) each) holding `pct`% of the L2 is chased in
    a random order, one dependent load per node, for `seconds`; between the hot nodes the program
-   allocates cold blocks (1-16 KiB, `cold` MiB in all) that it writes once and then touches one
+   allocates cold blocks (256 B-16 KiB, `cold` MiB in all) that it writes once and then touches one
    line of every tenth of a second, so the heap is mostly cold pages with hot ones among them.
    Every second prints the chase's ns per node in that second:
 
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     nodes[i] = malloc(sizeof(node_t));
     if (!nodes[i]) return 1;
     if (i % cold_every == cold_every - 1 && cold_bytes < cold_mib * 1048576 && ncold < ncold_max) {
-      size_t len = 1024 << (next_rand() % 5);
+      size_t len = 256 << (next_rand() % 7);
       cold[ncold] = malloc(len);
       if (!cold[ncold]) return 1;
       memset(cold[ncold], 1, len);
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     }
   }
   while (cold_bytes < cold_mib * 1048576 && ncold < ncold_max) {      /* the rest of the cold */
-    size_t len = 1024 << (next_rand() % 5);
+    size_t len = 256 << (next_rand() % 7);
     if (!(cold[ncold] = malloc(len))) return 1;
     memset(cold[ncold], 1, len);
     cold_len[ncold++] = len;
