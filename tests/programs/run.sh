@@ -218,11 +218,14 @@ build_prog() {
   shift 3
   [[ ! -x $bin || $src -nt $bin || $0 -nt $bin ]] || return 0
   mkdir -p "$WORK/$name"
-  if ! env -i PATH="$TOOL_PATH" LC_ALL=C "$@" -o "$bin.tmp" "$src" >"$WORK/$name/build.log" 2>&1; then
+  # a name of this run's own: the suite runs several variants of a program at once, and one
+  # linking over the file another was renaming left it open for writing when run (ETXTBSY)
+  if ! env -i PATH="$TOOL_PATH" LC_ALL=C "$@" -o "$bin.tmp.$$" "$src" >"$WORK/$name/build.log" 2>&1; then
+    rm -f "$bin.tmp.$$"
     fail "$name" "$* $src failed:" "$WORK/$name/build.log"
     return 1
   fi
-  mv -f "$bin.tmp" "$bin"
+  mv -f "$bin.tmp.$$" "$bin"
 }
 
 # the directory compiled programs go to
