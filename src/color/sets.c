@@ -193,8 +193,7 @@ void _ca_cs_start_worker(void) {
   L.worker_running = true;
   _ca_unlock(&L.lock);
   if (!start) { _ca_cs_wake_worker(); return; }
-  static bool once;
-  if (!once) { once = true; _ca_pool_init(); install_hooks(); }
+  install_hooks();
   int st = 0;
   if (L.asked_ns == 0) L.asked_ns = _ca_clock_ns() - L.born_ns;
   atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);

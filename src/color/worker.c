@@ -225,7 +225,9 @@ static void client_delay(void) {
 void* _ca_cs_worker_main(void* arg) {
   if (pthread_getcpuclockid(pthread_self(), &L.worker_clock) == 0) atomic_store(&L.worker_alive, true);
   client_delay();
-  worker((int)(intptr_t)arg);
+  /* the slot region (a userfaultfd, 4 GiB registered): nothing takes a slot before the layer is ready */
+  if (_ca_pool_init()) worker((int)(intptr_t)arg);
+  else _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "no address space for the pool's slots");
   _ca_clock_read_ns(CLOCK_THREAD_CPUTIME_ID, &L.worker_cpu_ns);
   atomic_store(&L.worker_alive, false);
   return NULL;
