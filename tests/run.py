@@ -124,7 +124,7 @@ def suite(build):
             add("%s-options%d" % (t, k + 1), [exe(t, "plain")], dict(lean, CHROMALLOC_OPTIONS=o))
     # real programs: the allocator alone (statistics written), the cache runtime, and the cache
     # runtime with NightWatch monitoring every chunk.  Not with hot pages: a thread exiting with
-    # every signal blocked can touch a trapped page (docs/hot.md), 1 python3 run in 20 here
+    # every signal blocked can touch a trapped page (docs/hot.md): 4 python3 runs in about 80 here
     run_sh = os.path.join(ROOT, "tests/programs/run.sh")
     for p in ["python3", "sqlite3", "git", "cc", "xz", "kbuf", "cxx"]:
         add("program-%s" % p, ["bash", run_sh, so, p], {"CHROMALLOC_CHECK_STATS": "1", "BUILD_DIR": b})
