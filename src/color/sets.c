@@ -99,6 +99,7 @@ void _ca_colour_fork_child(void) {
   L.niced = false;
   atomic_store(&L.preparing, 0);                /* the threads waiting there are the parent's */
   _ca_protect_fork_child();
+  _ca_colour_spread_fork_child();
   if (atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY)
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
 }
