@@ -8,7 +8,8 @@
 Configurations:
   glibc, mimalloc   the peers
   colour            build/libchromalloc-colour.so, hot=0 (NightWatch on, as by default)
-  colour-hot        the same with hot=1
+  colour-hot        the same with hot=1 (hot_traps=both: traps, and write protection beside them)
+  colour-hot-reads, colour-hot-writes   (not by default) hot_traps=reads, hot_traps=writes
 Both colour configurations get a machine profile and the set file that `chromalloc calibrate`
 writes once at the start into the run's own directory (the usual case: bench/colour_start.py).
 
@@ -41,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
 HOTFIT = BUILD / "hotfit"
 COLOUR = ROOT / "build" / "libchromalloc-colour.so"
-CONFIGS = ["glibc", "mimalloc", "colour", "colour-hot"]
+CONFIGS = ["glibc", "mimalloc", "colour", "colour-hot", "colour-hot-reads", "colour-hot-writes"]
+DEFAULT_CONFIGS = CONFIGS[:4]
 say = harness.say
 
 
@@ -60,6 +62,8 @@ def config_table(work):
         "mimalloc": (str(harness.LIBDIR / "libmimalloc.so.2"), {}),
         "colour": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS="hot=0")),
         "colour-hot": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS="hot=1")),
+        "colour-hot-reads": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS="hot=1,hot_traps=reads")),
+        "colour-hot-writes": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS="hot=1,hot_traps=writes")),
     }
 
 
@@ -175,7 +179,7 @@ def main():
     ap.add_argument("--pcts", default="85,42.5", help="hot set sizes, percent of the L2")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
     ap.add_argument("--out", default=str(harness.RESULTS))
     ap.add_argument("--pair", action="store_true", help="two processes on one CPU instead (partitions)")
     args = ap.parse_args()

@@ -67,6 +67,7 @@ typedef struct ca_layer_s {
   void (*fork_prepare)(void);
   void (*fork_parent)(void);
   void (*fork_child)(void);
+  void (*thread_done)(void);         /* a thread exits (its key destructor: signals not yet blocked) */
   void (*stats)(ca_buf_t* b);        /* the section's JSON object */
 } ca_layer_t;
 /* the cache runtime's layers, outer first, NULL-terminated (runtime.c; the allocator alone has

@@ -77,6 +77,7 @@ ca_heap_t* _ca_thread_init(void) {
 static void thread_done(void* arg) {
   ca_heap_t* h = arg;
   if (h == NULL || h != _ca_heap) return;
+  for (const ca_layer_t* const* l = _ca_layers; *l != NULL; l++) if ((*l)->thread_done) (*l)->thread_done();
   _ca_heap = &_ca_heap_empty;          /* a later allocation in this thread starts a new heap */
   _ca_heap_done(h);
 }

@@ -12,14 +12,24 @@
 
    A window therefore costs a fault (a few microseconds) per page touched in it and two system
    calls per range, nothing per untouched page: the opposite of a page-table scan, whose cost is
-   per entry.  The caller chooses the ranges to fit its budget (policy/hot.c).
+   per entry.  The caller chooses the ranges to fit its budget (policy/hot.c).  A range armed for
+   `writes` is write-protected instead (written.c): no trap, written pages only, read at disarm;
+   nothing below (release, quiet) concerns it.
 
    The kernel touching an armed page for a system call would fail with EFAULT, so the monitor's
    wrappers (wrap.h) tell the client of every call's buffers, and of the program's own mprotect,
    munmap and madvise, before the real call (_ca_access_release): it never arms that memory
    again (a call may block longer than any window; re-arming would undo the program's own
    protection), and armed ranges meeting it open at once, the buffer's pages counted as touched.  Pages the locality monitor samples
-   are never armed: two clients changing one page's protection would lose each other's traps. */
+   are never armed: two clients changing one page's protection would lose each other's traps.
+
+   Quiet: a thread touching an armed page with SIGSEGV blocked is killed by the kernel, not
+   trapped.  The program's own masks never block it (trap.c), but the C library blocks every
+   signal itself where the program cannot see: a thread's last steps after its key destructors
+   (freeing cached threads' TLS vectors, small blocks of ours), posix_spawn's and vfork's child
+   (the program's argument and file-action arrays).  So every armed range opens, and none is
+   armed, from a thread's exit until the thread is gone, during posix_spawn, system and popen,
+   and for 100 ms after vfork (the child has exec'd by then or broke vfork's rules). */
 #define _GNU_SOURCE
 #include "monitor.h"
 #include "trap.h"
@@ -28,21 +38,33 @@
 #include <sys/syscall.h>
 
 #define SLOTS    64                  /* ranges armed at once */
+#define LEAVING  8                   /* exiting threads waited for (more: 1 s of quiet) */
+#define GONE_NS  1000000000ull       /* an exiting thread taken as gone after this long anyway */
 
 typedef struct slot_s {
   _Atomic(uintptr_t) base;           /* 0: free */
   uintptr_t          end;
+  bool               writes;         /* armed by write protection (written.c), not a trap */
   _Atomic(uint64_t)* bits;           /* one per page, set by the fault */
 } slot_t;
 
 static struct {
   ca_lock_t        lock;             /* arming, disarming, release (never the fault handler) */
   slot_t           slot[SLOTS];
-  _Atomic(int)     armed;            /* slots in use */
+  _Atomic(int)     armed;            /* slots in use by traps */
   void           (*changed)(uintptr_t lo, uintptr_t hi);   /* the client: never arm these again */
   bool             trap_ok;
-  _Atomic(uint64_t) faults, fault_ns, released;
+  uint32_t         gen[SLOTS];       /* arms of the slot: an id is slot + SLOTS x gen */
+  uint32_t         cut[SLOTS];       /* ... the last one opened early by quiet */
+  _Atomic(uint64_t) faults, fault_ns, released, written;
+  _Atomic(int)     holds;            /* quiet: calls under way */
+  _Atomic(uint64_t) until;           /* ... until then */
+  _Atomic(int)     leaving[LEAVING]; /* ... until these threads are gone */
+  _Atomic(uint64_t) leaving_ns[LEAVING];
+  uint64_t         quiet_refused, quiet_cut;
 } A;
+
+static bool quiet(void);
 
 bool _ca_access_armed(void) { return atomic_load_explicit(&A.armed, ca_relaxed) != 0; }
 
@@ -53,7 +75,7 @@ static int prot(uintptr_t p, size_t n, int pr) {
 static slot_t* find(uintptr_t a) {
   for (int i = 0; i < SLOTS; i++) {
     uintptr_t b = atomic_load_explicit(&A.slot[i].base, ca_acquire);
-    if (b != 0 && a >= b && a < A.slot[i].end) return &A.slot[i];
+    if (b != 0 && a >= b && a < A.slot[i].end && !A.slot[i].writes) return &A.slot[i];
   }
   return NULL;
 }
@@ -77,28 +99,37 @@ static bool on_fault(void* addr, int sig) {
   return true;
 }
 
-int _ca_access_arm(void* base, size_t pages, uint64_t* bits) {
+int _ca_access_arm(void* base, size_t pages, uint64_t* bits, bool writes) {
   uintptr_t lo = (uintptr_t)base, hi = lo + pages * CA_OS_PAGE;
   if (pages == 0 || (lo & (CA_OS_PAGE - 1)) != 0) return -1;
-  if (!A.trap_ok && !(A.trap_ok = _ca_trap_register(on_fault))) return -1;
-  for (uintptr_t p = lo; _ca_monitor_active() && p < hi; p += CA_OS_PAGE)
+  if (writes && !_ca_written_ok()) return -1;
+  if (!writes && !A.trap_ok && !(A.trap_ok = _ca_trap_register(on_fault))) return -1;
+  for (uintptr_t p = lo; !writes && _ca_monitor_active() && p < hi; p += CA_OS_PAGE)
     if (_ca_monitor_covers(p)) return -1;
   _ca_lock(&A.lock);
   int id = -1;
+  if (!writes && quiet()) { A.quiet_refused++; _ca_unlock(&A.lock); return -1; }
   for (int i = 0; i < SLOTS && id < 0; i++)
     if (atomic_load_explicit(&A.slot[i].base, ca_relaxed) == 0) id = i;
   if (id >= 0) {
     memset(bits, 0, (pages + 63) / 64 * sizeof(uint64_t));
     A.slot[id].end = hi;
     A.slot[id].bits = (_Atomic(uint64_t)*)bits;
-    atomic_store_explicit(&A.slot[id].base, lo, ca_release);
-    atomic_fetch_add_explicit(&A.armed, 1, ca_relaxed);
-    if (prot(lo, hi - lo, PROT_NONE) != 0) {               /* not a mapping of ours any more */
-      atomic_store_explicit(&A.slot[id].base, 0, ca_release);
-      atomic_fetch_sub_explicit(&A.armed, 1, ca_relaxed);
-      id = -1;
+    A.slot[id].writes = writes;
+    if (writes) {
+      if (_ca_written_arm(lo, hi)) atomic_store_explicit(&A.slot[id].base, lo, ca_release);
+      else id = -1;
+    } else {
+      atomic_store_explicit(&A.slot[id].base, lo, ca_release);
+      atomic_fetch_add_explicit(&A.armed, 1, ca_relaxed);
+      if (prot(lo, hi - lo, PROT_NONE) != 0) {             /* not a mapping of ours any more */
+        atomic_store_explicit(&A.slot[id].base, 0, ca_release);
+        atomic_fetch_sub_explicit(&A.armed, 1, ca_relaxed);
+        id = -1;
+      }
     }
   }
+  if (id >= 0) id += SLOTS * (int)(A.gen[id] = (A.gen[id] + 1) % (1u << 20));
   _ca_unlock(&A.lock);
   return id;
 }
@@ -108,6 +139,11 @@ static void open_slot(int i) {
   slot_t* s = &A.slot[i];
   uintptr_t lo = atomic_load_explicit(&s->base, ca_relaxed);
   if (lo == 0) return;
+  if (s->writes) {
+    atomic_fetch_add_explicit(&A.written, _ca_written_collect(lo, s->end, s->bits), ca_relaxed);
+    atomic_store_explicit(&s->base, 0, ca_release);
+    return;
+  }
   if (!_ca_monitor_active()) prot(lo, s->end - lo, PROT_READ | PROT_WRITE);
   else
     for (uintptr_t p = lo; p < s->end; p += CA_OS_PAGE)
@@ -116,11 +152,86 @@ static void open_slot(int i) {
   atomic_fetch_sub_explicit(&A.armed, 1, ca_relaxed);
 }
 
-void _ca_access_disarm(int id) {
-  if (id < 0 || id >= SLOTS) return;
+/* false: quiet opened the range before its window's end (its bits say nothing of the rest) */
+bool _ca_access_disarm(int id) {
+  if (id < 0) return false;
+  int i = id % SLOTS;
+  uint32_t gen = (uint32_t)(id / SLOTS);
   _ca_lock(&A.lock);
-  open_slot(id);
+  bool whole = A.cut[i] != gen;
+  if (A.gen[i] == gen) open_slot(i);
   _ca_unlock(&A.lock);
+  return whole;
+}
+
+/* ---- quiet ------------------------------------------------------------------------------------ */
+
+static bool alive(int tid) {
+  return _ca_syscall6(SYS_tgkill, _ca_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0), tid, 0, 0, 0, 0) == 0;
+}
+
+/* (A.lock held) a reason not to arm now */
+static bool quiet(void) {
+  if (atomic_load(&A.holds) > 0) return true;
+  uint64_t now = _ca_clock_ns();
+  if (now < atomic_load(&A.until)) return true;
+  bool q = false;
+  for (int i = 0; i < LEAVING; i++) {
+    int tid = atomic_load(&A.leaving[i]);
+    if (tid == 0) continue;
+    if (now - atomic_load(&A.leaving_ns[i]) < GONE_NS && alive(tid)) q = true;
+    else atomic_compare_exchange_strong(&A.leaving[i], &tid, 0);
+  }
+  return q;
+}
+
+/* every armed range opened now (the reason to be quiet is published before: an arm after this
+   sees it) */
+static void hush(void) {
+  if (!_ca_access_armed()) return;
+  _ca_lock(&A.lock);
+  for (int i = 0; i < SLOTS; i++)
+    if (atomic_load_explicit(&A.slot[i].base, ca_relaxed) != 0 && !A.slot[i].writes) {
+      A.cut[i] = A.gen[i];
+      open_slot(i);
+      A.quiet_cut++;
+    }
+  _ca_unlock(&A.lock);
+}
+
+bool _ca_access_quiet(void) {
+  _ca_lock(&A.lock);
+  bool q = quiet();
+  _ca_unlock(&A.lock);
+  return q;
+}
+
+void _ca_access_hold(bool on) {
+  if (A.changed == NULL) return;
+  atomic_fetch_add(&A.holds, on ? 1 : -1);
+  if (on) hush();
+}
+
+void _ca_access_quiet_for(uint64_t ns) {
+  if (A.changed == NULL) return;
+  uint64_t until = _ca_clock_ns() + ns, u = atomic_load(&A.until);
+  while (u < until && !atomic_compare_exchange_weak(&A.until, &u, until)) {}
+  hush();
+}
+
+void _ca_access_thread_leaving(void) {
+  if (A.changed == NULL) return;
+  int tid = (int)_ca_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0);
+  bool kept = false;
+  for (int pass = 0; pass < 2 && !kept; pass++)              /* the second: gone ones' entries */
+    for (int i = 0; i < LEAVING && !kept; i++) {
+      int was = atomic_load(&A.leaving[i]);
+      if (was != 0 && (pass == 0 || alive(was))) continue;
+      atomic_store(&A.leaving_ns[i], _ca_clock_ns());      /* first: a taken entry is timed */
+      kept = atomic_compare_exchange_strong(&A.leaving[i], &was, tid);
+    }
+  if (!kept) { _ca_access_quiet_for(GONE_NS); return; }
+  hush();
 }
 
 /* [p, p + len) is about to be touched by the kernel (a system call's buffer) or changed by the
@@ -136,7 +247,7 @@ void _ca_access_release(const void* p, size_t len) {
   for (int i = 0; i < SLOTS; i++) {
     slot_t* s = &A.slot[i];
     uintptr_t b = atomic_load_explicit(&s->base, ca_relaxed);
-    if (b == 0 || hi <= b || s->end <= lo) continue;
+    if (b == 0 || hi <= b || s->end <= lo || s->writes) continue;
     uintptr_t from = lo > b ? lo : b, to = hi < s->end ? hi : s->end;
     for (size_t k = (from - b) / CA_OS_PAGE; k < (to - b + CA_OS_PAGE - 1) / CA_OS_PAGE; k++)
       atomic_fetch_or_explicit(&s->bits[k / 64], (uint64_t)1 << (k % 64), ca_relaxed);
@@ -151,11 +262,20 @@ void _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi)) { A.changed = 
 /* the wrappers must look at every call's buffers: ranges are armed, or a client may arm them */
 bool _ca_access_watching(void) { return A.changed != NULL || _ca_access_armed(); }
 
-void _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released) {
+void _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released, uint64_t* quiet, uint64_t* written) {
+  *written = atomic_load(&A.written);
   *faults = atomic_load(&A.faults);
   *fault_ns = atomic_load(&A.fault_ns);
   *released = atomic_load(&A.released);
+  *quiet = A.quiet_cut;
 }
 
 /* a fork child: its lock may have been held by a thread it does not have */
-void _ca_access_fork_child(void) { atomic_store_explicit(&A.lock.v, 0, ca_relaxed); }
+void _ca_access_fork_child(void) {
+  atomic_store_explicit(&A.lock.v, 0, ca_relaxed);
+  for (int i = 0; i < SLOTS; i++)                          /* the kernel dropped the child's */
+    if (A.slot[i].writes) atomic_store(&A.slot[i].base, 0);
+  _ca_written_fork_child();
+  atomic_store(&A.holds, 0);                               /* the calls under way are the parent's */
+  for (int i = 0; i < LEAVING; i++) atomic_store(&A.leaving[i], 0);
+}

@@ -77,18 +77,31 @@ struct ca_layer_s;
 extern const struct ca_layer_s _ca_layer_monitor;
 
 /* Software access bits (access.c): a range made inaccessible for a window, its pages' first
-   touches recorded in `bits` (one per page) by the fault handler.  Arm returns the slot, or -1
-   (no room, pages the monitor samples, or not a mapping). */
-int    _ca_access_arm(void* base, size_t pages, uint64_t* bits);
-void   _ca_access_disarm(int slot);                 /* the window's end: the range opened */
+   touches recorded in `bits` (one per page) by the fault handler; or, `writes`, write-protected
+   (written.c), its written pages recorded at the window's end.  Arm returns the slot, or -1
+   (no room, pages the monitor samples, quiet, not a mapping, or no such backend here). */
+int    _ca_access_arm(void* base, size_t pages, uint64_t* bits, bool writes);
+bool   _ca_access_disarm(int slot);                 /* the window's end: the range opened; false:
+                                                       quiet opened it early */
 bool   _ca_access_armed(void);                      /* any range armed (one load) */
 bool   _ca_access_covers(uintptr_t a);              /* a lies in an armed range */
 void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer, the program's
                                                            mprotect/munmap/madvise: never armed again */
 void   _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi));   /* ... the client is told here */
 bool   _ca_access_watching(void);                   /* the wrappers must release buffers */
-void   _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released);
+void   _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released, uint64_t* quiet, uint64_t* written);
+/* quiet: nothing armed while the C library may touch memory with every signal blocked */
+bool   _ca_access_quiet(void);                       /* traps refused now */
+void   _ca_access_hold(bool on);                     /* around posix_spawn, system, popen */
+void   _ca_access_quiet_for(uint64_t ns);            /* after vfork */
+void   _ca_access_thread_leaving(void);              /* a thread's exit: until it is gone */
 void   _ca_access_fork_child(void);
+/* written pages (written.c): userfaultfd's asynchronous write protection and PAGEMAP_SCAN */
+bool        _ca_written_ok(void);                    /* usable here (tried once, on first use) */
+const char* _ca_written_why(void);                   /* ... if not, why */
+bool        _ca_written_arm(uintptr_t lo, uintptr_t hi);
+size_t      _ca_written_collect(uintptr_t lo, uintptr_t hi, _Atomic(uint64_t)* bits);
+void        _ca_written_fork_child(void);
 #pragma GCC visibility pop
 
 #endif

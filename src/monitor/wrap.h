@@ -18,7 +18,8 @@
      faccessat euidaccess unlink unlinkat rename renameat renameat2 mkdir mkdirat rmdir chdir
      chmod fchmodat chown lchown fchownat link linkat symlink symlinkat truncate utimensat
      utimes mknod mkfifo, and exec: execve execv execvp execvpe fexecve execveat posix_spawn
-     posix_spawnp (path, argument and environment strings; `environ` where the call uses it);
+     posix_spawnp (path, argument and environment strings; `environ` where the call uses it;
+     posix_spawn, system, popen and vfork also keep hot pages' traps quiet: access.c);
    - small structures (a page from the pointer): fstat fstat64 __fxstat connect bind accept
      accept4 getsockname getpeername getsockopt setsockopt pipe pipe2 socketpair, and ioctl and
      syscall() (every argument that points into a monitored chunk: the rest of that chunk);

@@ -86,14 +86,32 @@ WRAP(int, execvp, (const char* p, char* const* a), (p, a), path(p); strings(a); 
 WRAP(int, execvpe, (const char* p, char* const* a, char* const* e), (p, a, e), path(p); strings(a); strings(e))
 WRAP(int, fexecve, (int fd, char* const* a, char* const* e), (fd, a, e), strings(a); strings(e))
 WRAP(int, execveat, (int d, const char* p, char* const* a, char* const* e, int fl), (d, p, a, e, fl), path(p); strings(a); strings(e))
-WRAP(int, posix_spawn, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
-     char* const* a, char* const* e), (pid, p, fa, at, a, e), small(pid); path(p); small(fa); small(at); strings(a); strings(e))
-WRAP(int, posix_spawnp, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
-     char* const* a, char* const* e), (pid, p, fa, at, a, e), small(pid); path(p); small(fa); small(at); strings(a); strings(e))
+/* posix_spawn's child runs on the parent's memory with every signal blocked, reading its
+   argument and file-action arrays: no range armed for hot pages meanwhile (access.c) */
+#define SPAWN(ret, name, params, args, ...) \
+  ca_interpose ret name params { if (watching()) { __VA_ARGS__; } _ca_access_hold(true); \
+    ret r_ = NEXT(__typeof__(&name), name) args; _ca_access_hold(false); return r_; }
+SPAWN(int, posix_spawn, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
+      char* const* a, char* const* e), (pid, p, fa, at, a, e), small(pid); path(p); small(fa); small(at); strings(a); strings(e))
+SPAWN(int, posix_spawnp, (pid_t* pid, const char* p, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
+      char* const* a, char* const* e), (pid, p, fa, at, a, e), small(pid); path(p); small(fa); small(at); strings(a); strings(e))
 
 /* commands: glibc runs them through its internal posix_spawn */
-WRAP(int, system, (const char* c), (c), string(c); strings(environ))
-WRAP(FILE*, popen, (const char* c, const char* m), (c, m), string(c); small(m); strings(environ))
+SPAWN(int, system, (const char* c), (c), string(c); strings(environ))
+SPAWN(FILE*, popen, (const char* c, const char* m), (c, m), string(c); small(m); strings(environ))
+
+/* vfork's child, too, runs on our memory with signals blocked (Python's subprocess), and vfork
+   returns twice on one stack: it cannot be wrapped by a function.  An entry in assembly asks
+   for quiet and jumps to glibc's; the quiet lasts 100 ms, by when the child has exec'd. */
+#if defined(__x86_64__)
+void* _ca_vfork_next(void);
+void* _ca_vfork_next(void) {
+  _ca_access_quiet_for(100000000u);
+  return NEXT(void*, vfork);
+}
+__asm__(".text\n.globl vfork\n.weak vfork\n.type vfork,@function\nvfork:\n"
+        "  sub $8, %rsp\n  call _ca_vfork_next\n  add $8, %rsp\n  jmp *%rax\n.size vfork, .-vfork\n");
+#endif
 
 /* execl and friends build their vector and call glibc's internal execve: build it here (on
    the stack, as glibc does) and go through the interposed execve/execvp, which release every

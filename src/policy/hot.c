@@ -15,7 +15,9 @@
      windows    every hot_period ms, lanes of up to 64 pages, from where the last window
                 stopped, are made inaccessible for hot_window ms (monitor/access.c): a page's
                 first touch faults and sets its bit.  Lanes are armed while their expected
-                faults (their heat) fit the budget of hot_overhead per mille of the run time.
+                faults (their heat) fit the budget of hot_overhead per mille of the run time;
+                past the traps' share, or while traps are not safe (access.c's quiet), lanes
+                are write-protected instead (monitor/written.c): written pages seen, no trap.
      scan       each lane's bits read the paper's way (locality jumping, _ca_hot_scan) into its
                 pages' heat.
      threshold  the histogram of heats gives the lowest heat of the hottest K pages, K = the
@@ -29,8 +31,8 @@
    access; a trap costs nothing per untouched page and a fault (a few microseconds) per touched
    one.  So the budget here is in faults: lanes whose pages were hot cost more, and the scan's
    locality jumping saves the counters' work over cold runs, not the sampling itself.  Writes
-   could be seen without a fault (userfaultfd write-protect-async and PAGEMAP_SCAN, Linux 6.7+),
-   but a chase only reads: that backend is not built.  Heat is a decaying average per look
+   are seen for about a quarter of a trap's cost, reads only by traps: a chase only reads, so
+   traps come first and write protection takes the rest.  Heat is a decaying average per look
    rather than the paper's counter halved every 128 scans: lanes are looked at at different
    rates here, and an average does not favour the often-seen ones.
 
@@ -49,7 +51,9 @@
 #include <unistd.h>
 
 enum { HOT_OPT_ON, HOT_OPT_DELAY, HOT_OPT_PERIOD, HOT_OPT_WINDOW, HOT_OPT_OVERHEAD, HOT_OPT_BUDGET, HOT_OPT_SHARE,
-       HOT_OPT_PARTITION, HOT_OPT_COUNT };
+       HOT_OPT_PARTITION, HOT_OPT_TRAPS, HOT_OPT_COUNT };
+enum { TRAPS_BOTH, TRAPS_READS, TRAPS_WRITES };
+static const char* const traps_words[] = { "both", "reads", "writes", NULL };
 static long opt[HOT_OPT_COUNT];
 static const ca_option_desc_t options[HOT_OPT_COUNT] = {
   [HOT_OPT_ON]       = { "hot", 0, 0, 1, _ca_bool_words,
@@ -70,6 +74,11 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
   [HOT_OPT_PARTITION] = { "hot_partition", 1, 0, 1, _ca_bool_words,
                          "processes of this user under hot pages that share an L2 (can run on one core) split its "
                          "colours evenly between their hot pages (a registry beside the set file); 0: all colours" },
+  [HOT_OPT_TRAPS]    = { "hot_traps", TRAPS_BOTH, 0, 2, traps_words,
+                         "how pages are sampled: reads = page protection traps (reads and writes, a signal each); "
+                         "writes = asynchronous write protection (Linux 6.7+: no signal, never a failed system call, "
+                         "blind to reads); both = traps within the budget while no thread may have signals blocked, "
+                         "write protection for the rest" },
 };
 
 #define RANGES   4096                /* live ranges tracked */
@@ -82,9 +91,11 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
 
 #define INDEX    8192                /* open addressing over the ranges' bases (twice RANGES) */
 
+/* excluded: never trapped nor moved (blocks of 1 KiB or more, large objects, memory handed to a
+   system call): write-protected only, its pages' colours measured and left where they are */
 typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded; } range_t;
-typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; uint64_t bits[LANE / 64]; } lane_t;
-typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; } hot_page_t;
+typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; bool writes; uint64_t bits[LANE / 64]; } lane_t;
+typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed; } hot_page_t;
 
 static struct {
   bool       on;
@@ -101,7 +112,7 @@ static struct {
   uint32_t   nlanes;
   uint32_t   cur_range, cur_page;    /* where the next window starts */
   uint64_t   window_end, next_window, rng, started;
-  uint64_t   fault_ns;               /* a fault's cost, measured at start */
+  uint64_t   fault_ns, wfault_ns;    /* a trap's cost, a first write's under write protection (at start) */
   uint64_t   lane_ns, window_arm_ns;  /* a lane armed and opened (learnt); this window's arming */
   hot_page_t hot[HOT_MAX];           /* the worker's copy: hottest first */
   uint8_t* _Atomic busy;             /* the page the worker measures or moves (remove_range waits) */
@@ -112,7 +123,7 @@ static struct {
                                                                measured and now */
   /* statistics */
   uint64_t   first_move, last_move;     /* when (clock ns) */
-  uint64_t   windows, lanes_armed, pages_armed, arm_refused, arm_ns;
+  uint64_t   windows, lanes_armed, lanes_written, pages_armed, arm_refused, arm_ns;
   ca_hot_scan_t scan;
   uint64_t   measured, unknown, moved, move_failures, untracked_pages, excluded;
   uint32_t   over_full, over_full_before;   /* hot pages beyond their colour's share: now, as first measured */
@@ -125,6 +136,10 @@ static struct {
 
 static uint64_t next_rand(uint64_t* s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
 static bool bit(const uint64_t* b, size_t i) { return (b[i / 64] >> (i % 64)) & 1; }
+
+void _ca_hot_add(uint8_t* heat, size_t n, const uint64_t* bits) {
+  for (size_t i = 0; i < n; i++) if (bit(bits, i)) heat[i] = _ca_hot_heat(heat[i], true);
+}
 
 void _ca_hot_scan(uint8_t* heat, size_t n, const uint64_t* bits, uint64_t* rng, ca_hot_scan_t* st) {
   size_t i = 0, last = SIZE_MAX;         /* last: the last page looked at and found untouched */
@@ -192,11 +207,15 @@ uint64_t _ca_hot_emptiest(const uint32_t* count, uint32_t colours, uint32_t cap)
 /* ---- ranges ---------------------------------------------------------------------------------- */
 
 /* the arena entry of a tracked page, or -1 (H.lock held) */
-static long entry_of(const uint8_t* page) {
+static range_t* range_of(const uint8_t* page) {
   for (uint32_t i = 0; i < H.n; i++)
-    if (page >= H.r[i].base && page < H.r[i].base + (size_t)H.r[i].pages * CA_OS_PAGE)
-      return (long)H.r[i].at + (page - H.r[i].base) / CA_OS_PAGE;
-  return -1;
+    if (page >= H.r[i].base && page < H.r[i].base + (size_t)H.r[i].pages * CA_OS_PAGE) return &H.r[i];
+  return NULL;
+}
+
+static long entry_of(const uint8_t* page) {
+  range_t* r = range_of(page);
+  return r != NULL ? (long)r->at + (long)((size_t)(page - r->base) / CA_OS_PAGE) : -1;
 }
 
 static size_t home(const uint8_t* b) { return (size_t)(((uintptr_t)b >> 12) * 0x9E3779B97F4A7C15ull >> 51) & (INDEX - 1); }
@@ -255,15 +274,19 @@ static void compact(void) {
   }
 }
 
-/* Only spans of blocks below this are tracked.  glibc fills and drains its own buffers (stdio's,
-   from 1 KiB for a terminal; directory streams', 32 KiB; the resolver's, 64 KiB) through system
-   calls of its own, which chromalloc cannot see: a trapped page there fails the call with EFAULT
-   (`head -c N | ...` under hot pages: "error writing standard output").  None is smaller. */
+/* Only spans of blocks below this are trapped; the rest of the heap (bigger blocks, large
+   objects up to BIG_MAX) is write-protected only.  glibc fills and drains its own buffers
+   (stdio's, from 1 KiB for a terminal; directory streams', 32 KiB; the resolver's, 64 KiB)
+   through system calls of its own, which chromalloc cannot see: a trapped page there fails the
+   call with EFAULT (`head -c N | ...` under hot pages: "error writing standard output").  None
+   is smaller.  A write-protected page never fails a call. */
 #define BLOCK_MAX 1024
+#define BIG_MAX   16384              /* pages: larger objects are not tracked (64 MiB) */
 
 static void add_range(uint8_t* p, size_t bytes) {
   uint32_t block = _ca_block_size_of(p);
-  if (block == 0 || block >= BLOCK_MAX) return;
+  bool traps = block != 0 && block < BLOCK_MAX;
+  if (!traps && (opt[HOT_OPT_TRAPS] == TRAPS_READS || bytes / CA_OS_PAGE > BIG_MAX)) return;
   uint8_t* lo = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
   uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
   if (hi <= lo) return;
@@ -272,7 +295,7 @@ static void add_range(uint8_t* p, size_t bytes) {
   if (H.used + pages > PAGES) compact();
   if (H.n < RANGES && H.used + pages <= PAGES) {
     index_put(lo, H.n);
-    H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, false };
+    H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, !traps };
     memset(H.heat + H.used, 0, pages);
     memset(H.colour + H.used, UNMEASURED, pages);
     memset(H.first + H.used, UNMEASURED, pages);
@@ -331,8 +354,9 @@ static void on_range(void* p, size_t n, bool added) {
   if (child) _ca_lock(&H.lock);
 }
 
-/* [lo, hi) goes to the kernel in a system call, or the program changes it itself: never armed
-   again.  A buffer within a span or two is found by its span; a longer one by every range. */
+/* [lo, hi) goes to the kernel in a system call, or the program changes it itself: never trapped
+   nor moved again (write-protected still).  A buffer within a span or two is found by its span;
+   a longer one by every range. */
 static void on_change(uintptr_t lo, uintptr_t hi) {
   uint8_t* a = _ca_span_memory_of((const void*)lo);
   uint8_t* b = hi - lo <= 65536 ? _ca_span_memory_of((const void*)(hi - 1)) : NULL;
@@ -350,41 +374,62 @@ static void on_change(uintptr_t lo, uintptr_t hi) {
       if (lo < re && rb < hi && !H.r[i].excluded) { H.r[i].excluded = true; H.excluded++; }
     }
   _ca_unlock(&H.lock);
+  /* a move under way there ends first: the kernel would meet the page unmapped (EFAULT) */
+  for (uint8_t* m; (m = atomic_load(&H.busy)) != NULL && (uintptr_t)m < hi && (uintptr_t)m + CA_OS_PAGE > lo; ) sched_yield();
 }
 
 /* ---- windows ---------------------------------------------------------------------------------- */
 
-/* what arming a lane is expected to cost, ns: its system calls (two, and the TLB flushes they
-   send to the program's CPUs) and its faults (its heat; a quarter of its pages when never armed) */
-static uint64_t lane_cost(uint32_t at, uint32_t pages) {
+/* what arming a lane is expected to cost, ns: its system calls (two to four, and the TLB
+   flushes they send to the program's CPUs) and its faults (its heat; a quarter of its pages
+   when never armed), traps or first writes */
+static uint64_t lane_cost(uint32_t at, uint32_t pages, bool writes) {
   uint32_t faults = pages / 4 + 1;
   if (H.seen[at]) {
     faults = 0;
     for (uint32_t i = 0; i < pages; i++) faults += H.heat[at + i];
     faults = faults / 256 + 1;
   }
-  return H.lane_ns + (uint64_t)faults * H.fault_ns;
+  return H.lane_ns + (uint64_t)faults * (writes ? H.wfault_ns : H.fault_ns);
 }
 
+static uint64_t measure_fault(bool writes);
+
+/* The window's lanes, from where the last stopped, while their cost fits the budget: traps
+   while they fit and no thread may have every signal blocked (access.c's quiet), write
+   protection for the rest (hot_traps=both); or one kind only. */
 static void open_window(uint64_t now) {
   uint64_t period = (uint64_t)opt[HOT_OPT_PERIOD] * 1000000u;
-  uint64_t budget = period * (uint64_t)opt[HOT_OPT_OVERHEAD] / 1000;
-  uint64_t t0 = _ca_clock_ns();
+  uint64_t budget = period * (uint64_t)opt[HOT_OPT_OVERHEAD] / 1000 * 95 / 100;   /* 5% below the cap: */
+  bool reads = opt[HOT_OPT_TRAPS] != TRAPS_WRITES, writes = opt[HOT_OPT_TRAPS] != TRAPS_READS && _ca_written_ok();
+  if (writes && H.wfault_ns == 0) H.wfault_ns = measure_fault(true);
+  uint64_t t0 = _ca_clock_ns();                      /* ... a lane's faults are a forecast */
   _ca_lock(&H.lock);
   H.nlanes = 0;
   uint64_t spent = 0;
   for (uint32_t visited = 0; H.n > 0 && H.nlanes < LANES && visited <= H.n; ) {
     if (H.cur_range >= H.n) { H.cur_range = 0; H.cur_page = 0; }
     range_t* r = &H.r[H.cur_range];
-    if (r->excluded || H.cur_page >= r->pages) { H.cur_range++; H.cur_page = 0; visited++; continue; }
+    if ((r->excluded && !writes) || H.cur_page >= r->pages) { H.cur_range++; H.cur_page = 0; visited++; continue; }
     uint32_t pages = r->pages - H.cur_page < LANE ? r->pages - H.cur_page : LANE;
     uint32_t at = r->at + H.cur_page;
-    uint64_t cost = lane_cost(at, pages);
-    if (H.nlanes > 0 && spent + cost > budget) break;
+    bool trap = reads && !r->excluded;
+    uint64_t rcost = trap ? lane_cost(at, pages, false) : UINT64_MAX, wcost = writes ? lane_cost(at, pages, true) : UINT64_MAX;
+    bool first = H.nlanes == 0;
+    if (!first && spent + (rcost < wcost ? rcost : wcost) > budget) break;
     lane_t* l = &H.lane[H.nlanes];
-    *l = (lane_t){ r->base + (size_t)H.cur_page * CA_OS_PAGE, pages, at, -1, {0} };
-    l->slot = _ca_access_arm(l->base, pages, l->bits);
-    if (l->slot >= 0) { H.nlanes++; spent += cost; H.pages_armed += pages; H.seen[at] = 1; }
+    *l = (lane_t){ r->base + (size_t)H.cur_page * CA_OS_PAGE, pages, at, -1, false, {0} };
+    if (trap && (first || spent + rcost <= budget)) {
+      l->slot = _ca_access_arm(l->base, pages, l->bits, false);
+      if (l->slot >= 0) spent += rcost;
+      else if (_ca_access_quiet()) reads = false;           /* no trap in this window */
+    }
+    if (l->slot < 0 && writes && (first || spent + wcost <= budget)) {
+      l->slot = _ca_access_arm(l->base, pages, l->bits, true);
+      l->writes = l->slot >= 0;
+      if (l->writes) spent += wcost;
+    }
+    if (l->slot >= 0) { H.nlanes++; H.pages_armed += pages; H.lanes_written += l->writes; H.seen[at] = 1; }
     else H.arm_refused++;
     H.cur_page += pages;
   }
@@ -397,14 +442,16 @@ static void open_window(uint64_t now) {
   H.next_window = now + period;
 }
 
+/* A lane's bits into its pages' heat: the paper's scan; a written lane beside traps only adds
+   (write protection cannot tell a page read from one untouched) */
 static void close_window(void) {
   uint64_t t0 = _ca_clock_ns();
   _ca_lock(&H.lock);
   for (uint32_t l = 0; l < H.nlanes; l++) {
     lane_t* ln = &H.lane[l];
-    if (ln->slot < 0) continue;                    /* its range was taken back meanwhile */
-    _ca_access_disarm(ln->slot);
-    _ca_hot_scan(H.heat + ln->at, ln->pages, ln->bits, &H.rng, &H.scan);
+    if (ln->slot < 0 || !_ca_access_disarm(ln->slot)) continue;   /* taken back, or cut short */
+    if (ln->writes && opt[HOT_OPT_TRAPS] == TRAPS_BOTH) _ca_hot_add(H.heat + ln->at, ln->pages, ln->bits);
+    else _ca_hot_scan(H.heat + ln->at, ln->pages, ln->bits, &H.rng, &H.scan);
   }
   uint32_t lanes = H.nlanes;
   H.nlanes = 0;
@@ -434,16 +481,19 @@ static void find_hot(uint32_t k) {
     for (uint32_t p = 0; p < H.r[i].pages; p++) {
       uint32_t at = H.r[i].at + p, h = H.heat[at];
       if (h >= H.threshold && at_heat[h] < H.nhot)
-        H.hot[at_heat[h]++] = (hot_page_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, (uint8_t)h, H.colour[at], H.first[at] };
+        H.hot[at_heat[h]++] = (hot_page_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, (uint8_t)h, H.colour[at], H.first[at],
+                                            H.r[i].excluded };
     }
 }
 
 /* A hot page measured (mask 0) or moved to a colour of mask (*tries: fresh pages the colour
    layer may classify for it), while the core cannot take its range back (remove_range waits
-   for H.busy); its new colour noted.  -3: the range is gone. */
+   for H.busy) nor a system call reach it (on_change waits); its new colour noted.  -3: the
+   range is gone, or excluded from moves meanwhile. */
 static int on_page(hot_page_t* h, uint64_t mask, uint32_t* tries) {
   _ca_lock(&H.lock);
-  bool live = entry_of(h->page) >= 0;
+  range_t* r = range_of(h->page);
+  bool live = r != NULL && (mask == 0 || !r->excluded);
   if (live) H.busy = h->page;
   _ca_unlock(&H.lock);
   if (!live) return -3;
@@ -508,7 +558,7 @@ static void spread(void) {
   for (uint32_t pass = 0; pass < 2; pass++)
     for (uint32_t i = 0; i < H.nhot && budget > 0; i++) {
       int c = H.hot[i].colour;
-      if (!(pass == 0 ? c >= 0 && (uint32_t)c < colours && left[c] > cap_of[c] : c == -1)) continue;
+      if (H.hot[i].fixed || !(pass == 0 ? c >= 0 && (uint32_t)c < colours && left[c] > cap_of[c] : c == -1)) continue;
       uint64_t mask = _ca_hot_target(room, colours, cap, _ca_colour_spares());
       if (mask == 0 || tries == 0) break;            /* every colour is full: the hot set is too big */
       uint32_t had = tries;
@@ -548,14 +598,15 @@ static uint64_t work(void) {
 
 static ca_colour_client_t client = { on_range, work, 0 };
 
-/* A fault's cost here, once: a page armed, then touched by the program's own thread. */
-static uint64_t measure_fault(void) {
+/* A fault's cost here, once: a page armed, then touched by this thread (a trap: the program's
+   own, at start; a first write under write protection: the worker's, at its first window). */
+static uint64_t measure_fault(bool writes) {
   uint8_t* p = _ca_os_map(CA_OS_PAGE);
   if (p == NULL) return 5000;
   uint64_t bits[1], best = UINT64_MAX;
   for (int i = 0; i < 5; i++) {
     p[0] = 1;
-    int s = _ca_access_arm(p, 1, bits);
+    int s = _ca_access_arm(p, 1, bits, writes);
     uint64_t t0 = _ca_clock_ns();
     ((volatile uint8_t*)p)[0]++;
     uint64_t t = _ca_clock_ns() - t0;
@@ -563,7 +614,7 @@ static uint64_t measure_fault(void) {
     if (s >= 0 && t < best) best = t;
   }
   _ca_os_unmap(p, CA_OS_PAGE);
-  return best == UINT64_MAX ? 5000 : best;
+  return best == UINT64_MAX ? 5000 : best > 0 ? best : 1;
 }
 
 /* Started from a constructor, not the layer's init: that may run in the process's first
@@ -571,7 +622,7 @@ static uint64_t measure_fault(void) {
 __attribute__((constructor)) static void start(void) {
   _ca_started();
   if (!H.on) return;
-  H.fault_ns = measure_fault();
+  H.fault_ns = measure_fault(false);
   H.lane_ns = 20000;                                   /* until learnt */
   client.delay_ms = (uint64_t)opt[HOT_OPT_DELAY];
   H.started = _ca_clock_ns();
@@ -601,16 +652,24 @@ static void counts_json(ca_buf_t* b, const char* name, const uint32_t* c, uint32
 static void stats(ca_buf_t* b) {
   ca_buf_str(b, "{\"on\":");
   ca_buf_str(b, H.on ? "true" : "false");
-  uint64_t faults = 0, fault_ns = 0, released = 0;
-  _ca_access_stats(&faults, &fault_ns, &released);
-  uint64_t run = H.started ? _ca_clock_ns() - H.started : 0, cost = faults * H.fault_ns + H.arm_ns;
+  uint64_t faults = 0, fault_ns = 0, released = 0, quiet = 0, written = 0;
+  _ca_access_stats(&faults, &fault_ns, &released, &quiet, &written);
+  uint64_t run = H.started ? _ca_clock_ns() - H.started : 0;
+  uint64_t cost = faults * H.fault_ns + written * H.wfault_ns + H.arm_ns;
   ca_buf_field_u64(b, "windows", H.windows);
   ca_buf_field_u64(b, "lanes_armed", H.lanes_armed);
+  ca_buf_field_u64(b, "lanes_written", H.lanes_written);   /* ... of them by write protection */
   ca_buf_field_u64(b, "pages_armed", H.pages_armed);
   ca_buf_field_u64(b, "arm_refused", H.arm_refused);
   ca_buf_field_u64(b, "faults", faults);
-  ca_buf_field_u64(b, "fault_ns", H.fault_ns);            /* one fault, measured at start */
+  ca_buf_field_u64(b, "fault_ns", H.fault_ns);            /* one trap, measured at start */
+  ca_buf_field_u64(b, "written", written);                /* pages seen written */
+  ca_buf_field_u64(b, "write_fault_ns", H.wfault_ns);     /* one first write, measured */
+  ca_buf_str(b, ",\"write_protection\":\"");
+  ca_buf_str(b, opt[HOT_OPT_TRAPS] == TRAPS_READS ? "not used" : _ca_written_ok() ? "used" : _ca_written_why());
+  ca_buf_str(b, "\"");
   ca_buf_field_u64(b, "released", released);
+  ca_buf_field_u64(b, "quiet_cut", quiet);                /* lanes opened early: signals blocked */
   ca_buf_field_u64(b, "arm_us", H.arm_ns / 1000);         /* the worker's system calls */
   ca_buf_field_u64(b, "cost_us", cost / 1000);
   ca_buf_field_u64(b, "overhead_ppm", run ? cost * 1000000 / run : 0);
@@ -665,8 +724,10 @@ static void fork_child(void) {
 /* a slice of the L2 is given back at exit, not when the slot goes stale */
 __attribute__((destructor)) static void leave(void) { if (H.on) _ca_colour_partition_leave(); }
 
+static void thread_done(void) { if (H.on) _ca_access_thread_leaving(); }
+
 const ca_layer_t _ca_layer_hot = {
   .name = "hot", .options = options, .values = opt, .noptions = HOT_OPT_COUNT,
   .init = init, .fork_prepare = fork_prepare, .fork_parent = fork_parent, .fork_child = fork_child,
-  .stats = stats,
+  .thread_done = thread_done, .stats = stats,
 };

@@ -27,6 +27,9 @@ static inline uint8_t _ca_hot_heat(uint8_t h, bool touched) {
    the last untouched one when a jump lands on a touched page.  Pages jumped over count as
    untouched.  Updates heat[0..n). */
 void     _ca_hot_scan(uint8_t* heat, size_t n, const uint64_t* bits, uint64_t* rng, ca_hot_scan_t* st);
+/* The written pages of a window beside traps: each a touched look, the rest left as they were
+   (a page only read looks untouched to write protection). */
+void     _ca_hot_add(uint8_t* heat, size_t n, const uint64_t* bits);
 /* The lowest heat of the hottest k pages by a histogram of the heats (the paper's threshold):
    pages at or above it are the top k, or a few more when a bin is shared. */
 uint32_t _ca_hot_threshold(const uint32_t hist[256], uint32_t k);

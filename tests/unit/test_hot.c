@@ -10,7 +10,11 @@
       the L2 has ways, where random frames leave some over), and moved within hot_budget a
       period; meanwhile another thread reads a pipe into memory that windows arm (no EFAULT)
       and has glibc write through stdio and read directories (no error),
-      a page the program made read-only stays so, and a forked child chases the set too. */
+      a page the program made read-only stays so, a forked child chases the set too, and
+      detached threads come and go (glibc's exit path touches our blocks with every signal
+      blocked).
+   3. Quiet: nothing armed, and armed ranges opened, from a thread's exit until it is gone,
+      during posix_spawn, and after vfork. */
 #include "check.h"
 #include "../../src/policy/hot.h"
 #include "../../src/color/colour.h"
@@ -19,6 +23,10 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <dirent.h>
+#include <spawn.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include "../../src/monitor/monitor.h"
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next_rand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
@@ -32,6 +40,10 @@ static void pieces(void) {
   CHECK_EQ(h, 255);
   CHECK(_ca_hot_heat(255, false) < 255);
   CHECK_EQ(_ca_hot_heat(0, false), 0);
+  uint8_t two[2] = { 200, 100 };                   /* written pages beside traps: only raised */
+  uint64_t second[1] = { 2 };
+  _ca_hot_add(two, 2, second);
+  CHECK(two[0] == 200 && two[1] == _ca_hot_heat(100, true));
 
   /* 0..3 untouched, 4..63 touched: the second jump lands on a touched page, so the scan goes
      back to the page after the last untouched one and reads every touched page */
@@ -121,7 +133,14 @@ static atomic_long reads, efaults;
 /* system calls on the heap while windows come and go: the program's own read() into small
    blocks (the wrappers open them), and glibc's own, which nothing wraps: stdio draining its
    buffer into a file, a directory stream filled by getdents */
-static atomic_long stdio_errors;
+static atomic_long stdio_errors, exited;
+static void* leaver(void* arg) {
+  char* b[16];
+  for (int i = 0; i < 16; i++) { b[i] = malloc(64 + 32 * i); memset(b[i], i, 64); }
+  for (int i = 0; i < 16; i++) free(b[i]);
+  atomic_fetch_add(&exited, 1);
+  return arg;
+}
 static void* reader(void* arg) {
   int fd[2];
   if (pipe(fd) != 0) return arg;
@@ -143,6 +162,14 @@ static void* reader(void* arg) {
       if (d == NULL || entries < 3) atomic_fetch_add(&stdio_errors, 1);
       if (d != NULL) closedir(d);
       usleep(200);
+    }
+    if (n % 4096 == 0) {                           /* a detached thread (every 10 ms or so): */
+      pthread_t t;                                 /* it frees its own stack */
+      pthread_attr_t at;
+      pthread_attr_init(&at);
+      pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+      pthread_create(&t, &at, leaver, NULL);
+      pthread_attr_destroy(&at);
     }
   }
   if (out != NULL) fclose(out);
@@ -166,6 +193,12 @@ static const char* perms_of(const void* p) {
   return out;
 }
 
+static int hot_pages_of(const char* p, int pages, int thr) {
+  int n = 0;
+  for (int k = 0; k < pages; k++) n += thr > 0 && _ca_hot_heat_of(p + k * 4096) >= thr;
+  return n;
+}
+
 static node_t* chase(node_t* p, long steps) { for (long i = 0; i < steps; i++) p = p->next; return p; }
 
 static void program(void) {
@@ -184,6 +217,10 @@ static void program(void) {
   char* ro = (char*)(((uintptr_t)small[0] + 4095) & ~(uintptr_t)4095);
   CHECK(ro + 4096 <= small[31]);                           /* a fresh span: the blocks in order */
   CHECK(mprotect(ro, 4096, PROT_READ) == 0);
+  /* a block of 16 KiB written every lap: not trapped (blocks of 1 KiB and more), seen written */
+  enum { BIG = 4 };
+  char* big = malloc(BIG * 4096 + 4096);
+  char* bigp = (char*)(((uintptr_t)big + 4095) & ~(uintptr_t)4095);
   pthread_t t;
   pthread_create(&t, NULL, reader, NULL);
 
@@ -194,6 +231,7 @@ static void program(void) {
   /* the statistics are read every 100 ms: what they allocate is touched too */
   for (uint64_t look = t0; l2_now_ns() - t0 < 30000000000ull; ) {
     p = chase(p, 4 * (long)n);
+    for (int k = 0; k < BIG; k++) bigp[k * 4096]++;
     if (l2_now_ns() < look) continue;
     look = l2_now_ns() + 100000000u;
     if (!forked && stats_value("hot", "windows") > 10) {  /* a child while windows come and go */
@@ -205,6 +243,7 @@ static void program(void) {
       CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
     if (forked && stats_value("hot", "moved") > 0 && stats_value("hot", "over_full") == 0 &&
+        (!_ca_written_ok() || hot_pages_of(bigp, BIG, _ca_hot_threshold_now()) * 10 >= BIG * 8) &&
         stats_value("hot", "hot_pages") * 10 >= (long long)(n * sizeof(node_t) / 4096) * 9) break;
   }
   l2_sink = p;
@@ -214,6 +253,8 @@ static void program(void) {
           (l2_now_ns() - t0) / 1e9, stats_value("hot", "windows"), stats_value("hot", "hot_pages"),
           stats_value("hot", "threshold"), stats_value("hot", "over_full_before"), stats_value("hot", "over_full"),
           stats_value("hot", "moved"), atomic_load(&reads));
+  fprintf(stderr, "program: %ld detached threads came and went, %lld lanes opened early for them\n",
+          atomic_load(&exited), stats_value("hot", "quiet_cut"));
 
   /* found: the nodes' pages at or above the threshold */
   int thr = (int)stats_value("hot", "threshold"), found = 0, pages = 0;
@@ -239,6 +280,10 @@ static void program(void) {
   fprintf(stderr, "program: %d of the set's %d pages found hot; %d colours of %d ways, at most %d hot pages on one\n",
           found, pages, colours, ways, most);
   CHECK(found * 10 >= pages * 8);                  /* recall 0.8 at least */
+  int big_hot = hot_pages_of(bigp, BIG, thr);
+  fprintf(stderr, "program: %d of the written block's %d pages hot (%lld lanes write-protected)\n", big_hot, BIG,
+          stats_value("hot", "lanes_written"));
+  if (_ca_written_ok()) CHECK(big_hot * 10 >= BIG * 8);
   CHECK(stats_value("hot", "over_full_before") > 0);   /* random frames left some colours over */
   CHECK_EQ(stats_value("hot", "over_full"), 0);
   CHECK(ways > 0 && most <= ways);
@@ -247,12 +292,93 @@ static void program(void) {
   CHECK_EQ(atomic_load(&efaults), 0);
   CHECK_EQ(atomic_load(&stdio_errors), 0);
   CHECK(atomic_load(&reads) > 0);
+  CHECK(atomic_load(&exited) > 0);
   CHECK(strncmp(perms_of(ro), "r--", 3) == 0);
   CHECK(stats_value("hot", "excluded_ranges") >= 1);
   CHECK(mprotect(ro, 4096, PROT_READ | PROT_WRITE) == 0);
   for (int i = 0; i < 32; i++) free(small[i]);
+  free(big);
   for (size_t i = 0; i < n; i++) free(nodes[i]);
   free(nodes);
+}
+
+static void* leave_slowly(void* arg) {
+  _ca_access_thread_leaving();                     /* as its exit does, 300 ms early */
+  usleep(300000);
+  return arg;
+}
+
+static void quiet(void) {
+  char* r = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uint64_t bits[1];
+  memset(r, 1, 4 * 4096);
+  int s = _ca_access_arm(r, 4, bits, false);
+  CHECK(s >= 0);
+  CHECK(strncmp(perms_of(r), "---", 3) == 0);
+  _ca_access_hold(true);                           /* posix_spawn's way */
+  CHECK(strncmp(perms_of(r), "rw-", 3) == 0);      /* opened at once */
+  CHECK_EQ(_ca_access_arm(r, 4, bits, false), -1);
+  CHECK(!_ca_access_disarm(s));                    /* its window was cut */
+  _ca_access_hold(false);
+  s = _ca_access_arm(r, 4, bits, false);
+  CHECK(s >= 0);
+  pthread_t t;
+  pthread_create(&t, NULL, leave_slowly, NULL);
+  usleep(50000);
+  CHECK(strncmp(perms_of(r), "rw-", 3) == 0);
+  CHECK_EQ(_ca_access_arm(r, 4, bits, false), -1);        /* the thread is still there */
+  pthread_join(t, NULL);
+  s = _ca_access_arm(r, 4, bits, false);
+  CHECK(s >= 0);                                   /* it is gone */
+  pid_t pid = vfork();
+  if (pid == 0) _exit(0);
+  CHECK(strncmp(perms_of(r), "rw-", 3) == 0);
+  CHECK_EQ(_ca_access_arm(r, 4, bits, false), -1);        /* 100 ms after vfork */
+  waitpid(pid, NULL, 0);
+  usleep(150000);
+  s = _ca_access_arm(r, 4, bits, false);
+  CHECK(s >= 0);
+  CHECK(_ca_access_disarm(s));
+  extern char** environ;
+  char* argv[] = { "true", NULL };
+  CHECK(posix_spawnp(&pid, "true", NULL, NULL, argv, environ) == 0);   /* held around, and let go */
+  waitpid(pid, NULL, 0);
+  s = _ca_access_arm(r, 4, bits, false);
+  CHECK(s >= 0);
+  CHECK(_ca_access_disarm(s));
+  munmap(r, 4 * 4096);
+  fprintf(stderr, "quiet: thread exit, posix_spawn and vfork keep ranges open\n");
+}
+
+/* write protection: the pages written, and only those, seen; a system call writing into the
+   range and a thread with every signal blocked go on; quiet does not stop it */
+static void written(void) {
+  if (!_ca_written_ok()) { fprintf(stderr, "written: not on this kernel (%s)\n", _ca_written_why()); return; }
+  volatile char* r = mmap(NULL, 8 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  for (int i = 0; i < 8; i++) r[i * 4096] = 1;
+  uint64_t bits[1];
+  _ca_access_hold(true);
+  int s = _ca_access_arm((void*)r, 8, bits, true);
+  CHECK(s >= 0);
+  CHECK(strncmp(perms_of((void*)r), "rw-", 3) == 0);
+  long sum = r[0] + r[2 * 4096];                   /* reads: unseen */
+  r[1 * 4096] = 2;
+  int fd[2];
+  CHECK(pipe(fd) == 0);
+  CHECK(write(fd[1], "x", 1) == 1);
+  CHECK(read(fd[0], (char*)r + 3 * 4096 + 5, 1) == 1);   /* the kernel's write: no EFAULT */
+  close(fd[0]); close(fd[1]);
+  sigset_t all, old;
+  sigfillset(&all);
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, &old, 8);   /* not stripped: the real mask */
+  r[6 * 4096] = 3;
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, 8);
+  CHECK(_ca_access_disarm(s));
+  _ca_access_hold(false);
+  CHECK_EQ(bits[0], (uint64_t)((1 << 1) | (1 << 3) | (1 << 6)));
+  CHECK(sum == 2 && r[3 * 4096 + 5] == 'x' && r[6 * 4096] == 3);
+  munmap((void*)r, 8 * 4096);
+  fprintf(stderr, "written: pages 1, 3 (by read()) and 6 (signals blocked) seen written, 0 and 2 (read) not\n");
 }
 
 int main(void) {
@@ -260,6 +386,8 @@ int main(void) {
   pieces();
   ranking();
   if (chromalloc_option("hot") != 1) { fprintf(stderr, "test_hot: run with CHROMALLOC_OPTIONS=hot=1\n"); return 2; }
+  quiet();
+  written();
   program();
   return check_done("test_hot");
 }
