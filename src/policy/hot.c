@@ -719,7 +719,12 @@ static void fork_child(void) {
   _ca_colour_partition_fork_child();
   H.nlanes = 0;
   H.window_end = 0;
+  atomic_store(&H.busy, NULL);             /* the parent's worker's page: nothing is measured here */
 }
+
+#ifdef CA_TEST_HOOKS
+void _ca_hot_test_busy(void* page) { atomic_store(&H.busy, (uint8_t*)page); }   /* as the worker does */
+#endif
 
 /* a slice of the L2 is given back at exit, not when the slot goes stale */
 __attribute__((destructor)) static void leave(void) { if (H.on) _ca_colour_partition_leave(); }

@@ -44,6 +44,7 @@ uint64_t _ca_hot_target(const uint32_t* count, uint32_t colours, uint32_t cap, u
    hot pages now (-1: off, or no period done yet). */
 int      _ca_hot_heat_of(const void* p);
 int      _ca_hot_threshold_now(void);
+void     _ca_hot_test_busy(void* page);   /* test builds only (CA_TEST_HOOKS) */
 #pragma GCC visibility pop
 
 #endif

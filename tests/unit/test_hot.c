@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -227,21 +228,33 @@ static void program(void) {
   long budget = chromalloc_option("hot_budget");
   node_t* p = nodes[0];
   uint64_t t0 = l2_now_ns();
-  bool forked = false;
+  int forks = 0;
   /* the statistics are read every 100 ms: what they allocate is touched too */
   for (uint64_t look = t0; l2_now_ns() - t0 < 30000000000ull; ) {
     p = chase(p, 4 * (long)n);
     for (int k = 0; k < BIG; k++) bigp[k * 4096]++;
     if (l2_now_ns() < look) continue;
     look = l2_now_ns() + 100000000u;
-    if (!forked && stats_value("hot", "windows") > 10) {  /* a child while windows come and go */
-      forked = true;
+    /* children while windows come and go and hot pages are measured: each chases the set and
+       hands every node to a system call (a page the parent's worker was busy with at the fork
+       must not hold the child up) */
+    if (forks < 8 && stats_value("hot", "windows") > 10) {
+      forks++;
+      if (forks == 1) _ca_hot_test_busy((void*)((uintptr_t)nodes[0] & ~(uintptr_t)4095));   /* the worker on it */
       pid_t pid = fork();
-      if (pid == 0) { chase(p, 2 * (long)n); _exit(0); }
+      if (pid != 0) _ca_hot_test_busy(NULL);
+      if (pid == 0) {
+        chase(p, 2 * (long)n);
+        int dn = open("/dev/null", O_WRONLY);
+        for (size_t i = 0; i < n; i++) if (write(dn, nodes[i], sizeof(node_t)) != (ssize_t)sizeof(node_t)) _exit(3);
+        _exit(0);
+      }
       int status = -1;
-      waitpid(pid, &status, 0);
+      for (int w = 0; w < 1000 && waitpid(pid, &status, WNOHANG) == 0; w++) usleep(10000);
+      if (waitpid(pid, &status, WNOHANG) == 0) { kill(pid, SIGKILL); waitpid(pid, &status, 0); fprintf(stderr, "program: a child hung\n"); }
       CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
+    bool forked = forks == 8;
     if (forked && stats_value("hot", "moved") > 0 && stats_value("hot", "over_full") == 0 &&
         (!_ca_written_ok() || hot_pages_of(bigp, BIG, _ca_hot_threshold_now()) * 10 >= BIG * 8) &&
         stats_value("hot", "hot_pages") * 10 >= (long long)(n * sizeof(node_t) / 4096) * 9) break;
