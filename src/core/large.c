@@ -155,10 +155,23 @@ void _ca_large_fork_child(void) { atomic_store_explicit(&kept_lock.v, 0, ca_rela
    (shrinking gives whole tail pages back), else by growing the mapping where it lies, else by
    moving its pages to a new 2 MiB-aligned place with mremap (page tables move, data does not).
    NULL when none worked; the caller then copies. */
+/* An ordinary object's pages are known to the layers by address (span_memory): they let go of
+   them before a resize, which may move them, and learn of them again after. */
+static void tell_pages(ca_segment_t* seg, bool ours) {
+  const ca_hooks_t* hk = _ca_hooks;
+  if (hk == NULL || seg->flavour != 0) return;
+  uint8_t* page;
+  size_t bytes;
+  object_pages(seg, &page, &bytes);
+  if (!ours) CA_HOOK(span_released, page, bytes, 0);
+  else if (hk->span_memory != NULL) hk->span_memory(page, bytes, 0);
+}
+
 void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
   CA_POLICY_CHUNK(CA_CHUNK_RESIZE, p, seg->large_size);
   size_t off = (size_t)((uint8_t*)p - (uint8_t*)seg);
   if (n > PTRDIFF_MAX) return NULL;
+  tell_pages(seg, false);
   size_t room = seg->size - off, was = seg->large_size;
   if (n <= room) {
     if (n < room / 2 && room - n > CA_SEGMENT_SIZE) {
@@ -169,7 +182,7 @@ void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
     size_t need = (off + n + CA_SEGMENT_MASK) & ~CA_SEGMENT_MASK;
     size_t old = seg->size;
     ca_segment_t* moved = _ca_os_remap(seg, old, need);
-    if (moved == NULL) return NULL;
+    if (moved == NULL) { tell_pages(seg, true); return NULL; }
     if (moved != seg) {
       _ca_segmap_set(seg, false);
       _ca_segmap_set(moved, true);
@@ -182,6 +195,7 @@ void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
   }
   seg->large_size = usable(off, n);
   cover(seg);
+  tell_pages(seg, true);
   _ca_stat_add(&_ca_stats.large_live_bytes, (int64_t)seg->large_size - (int64_t)was, &_ca_stats.large_peak_bytes);
   return seg->large_ptr;
 }

@@ -292,6 +292,7 @@ static void add_range(uint8_t* p, size_t bytes) {
   if (hi <= lo) return;
   size_t pages = (size_t)(hi - lo) / CA_OS_PAGE;
   _ca_lock(&H.lock);
+  if (index_find(lo) != SIZE_MAX) { _ca_unlock(&H.lock); return; }   /* known (a release unseen) */
   if (H.used + pages > PAGES) compact();
   if (H.n < RANGES && H.used + pages <= PAGES) {
     index_put(lo, H.n);

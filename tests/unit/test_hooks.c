@@ -8,13 +8,17 @@
 #include "../../src/core/internal.h"
 
 static long spans, bytes_in, released, bytes_out, places, placed_big, frees;
+static char* last_base;                         /* the last pages offered */
+static size_t last_bytes;
+static void* last_released;
 
 static bool on_span(void* base, size_t bytes, uint32_t flavour) {
   spans++; bytes_in += (long)bytes;
+  last_base = base; last_bytes = bytes;
   CHECK(((uintptr_t)base & 4095) == 0 && bytes % 4096 == 0 && flavour == 0);
   return true;
 }
-static void on_release(void* base, size_t bytes, uint32_t flavour) { released++; bytes_out += (long)bytes; }
+static void on_release(void* base, size_t bytes, uint32_t flavour) { released++; bytes_out += (long)bytes; last_released = base; }
 static void* on_place(size_t n, bool zero, const void* frame, const void* ret) {
   places++;
   CHECK(n >= 4096);
@@ -56,6 +60,20 @@ int main(void) {
   free(two_pages);
   CHECK_EQ(places, 2);                          /* ... unless the policy names its chunks one by one */
   _ca_place_class(_ca_size_class(8192), false);
+  /* a large object resized (grown far: moved) is let go of and offered again where it is now */
+  char* grown = malloc(5u << 20);
+  memset(grown, 7, 5u << 20);
+  char* old_base = last_base;
+  long s0 = spans, r0 = released;
+  grown = realloc(grown, 80u << 20);
+  CHECK(grown != NULL && grown[(5u << 20) - 1] == 7);
+  CHECK_EQ(released, r0 + 1);
+  CHECK(last_released == old_base);
+  CHECK_EQ(spans, s0 + 1);
+  CHECK(grown >= last_base && grown < last_base + last_bytes && last_bytes >= (80u << 20) - 4096);
+  char* now = last_base;
+  free(grown);
+  CHECK(last_released == now);
   _ca_hooks_install(NULL);
   _ca_policy_install(NULL);
   long before = spans;
