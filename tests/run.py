@@ -122,15 +122,16 @@ def suite(build):
     for k, o in enumerate(["segment_cache=0,purge_delay=0", "purge_delay=-1,colour=0", "layout=ciu,thp=1"]):
         for t in ["stress", "threads", "fork"]:
             add("%s-options%d" % (t, k + 1), [exe(t, "plain")], dict(lean, CHROMALLOC_OPTIONS=o))
-    # real programs: the allocator alone (statistics written), the cache runtime, and the cache
-    # runtime with NightWatch monitoring every chunk.  Not with hot pages: a thread exiting with
-    # every signal blocked can touch a trapped page (docs/hot.md): 4 python3 runs in about 80 here
+    # real programs: the allocator alone (statistics written), the cache runtime, the cache
+    # runtime with NightWatch monitoring every chunk, and with hot pages sampling from the start
+    # (traps and write protection; quiet while glibc runs with every signal blocked: docs/hot.md)
     run_sh = os.path.join(ROOT, "tests/programs/run.sh")
     for p in ["python3", "sqlite3", "git", "cc", "xz", "kbuf", "cxx"]:
         add("program-%s" % p, ["bash", run_sh, so, p], {"CHROMALLOC_CHECK_STATS": "1", "BUILD_DIR": b})
         add("program-%s-colour" % p, ["bash", run_sh, cso, p], {"BUILD_DIR": b})
         add("program-%s-monitored" % p, ["bash", run_sh, cso, p],
             {"CHROMALLOC_OPTIONS": "nightwatch=1,nightwatch_monitor=1", "BUILD_DIR": b})
+        add("program-%s-hot" % p, ["bash", run_sh, cso, p], {"CHROMALLOC_OPTIONS": "hot=1,hot_delay=0", "BUILD_DIR": b})
     add("install", ["bash", os.path.join(ROOT, "tests/install/run.sh")])
     add("report", ["bash", os.path.join(ROOT, "tests/tools/report.sh")])
     add("docs", ["sh", "-c", "%s options --markdown --lib %s | diff -u %s -" %
