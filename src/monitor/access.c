@@ -273,8 +273,11 @@ void _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released, 
 /* a fork child: its lock may have been held by a thread it does not have */
 void _ca_access_fork_child(void) {
   atomic_store_explicit(&A.lock.v, 0, ca_relaxed);
-  for (int i = 0; i < SLOTS; i++)                          /* the kernel dropped the child's */
-    if (A.slot[i].writes) atomic_store(&A.slot[i].base, 0);
+  for (int i = 0; i < SLOTS; i++)                          /* write protection: the kernel dropped */
+    if (A.slot[i].writes) atomic_store(&A.slot[i].base, 0);   /* the child's; traps: opened here */
+    else open_slot(i);
+  A.faults = A.fault_ns = A.released = A.written = 0;
+  A.quiet_refused = A.quiet_cut = 0;
   _ca_written_fork_child();
   atomic_store(&A.holds, 0);                               /* the calls under way are the parent's */
   for (int i = 0; i < LEAVING; i++) atomic_store(&A.leaving[i], 0);

@@ -41,7 +41,7 @@
    first, ahead of protection's own pass over the ranges, oldest first.
 
    All of it runs on the colour layer's worker thread; the program's threads only take the
-   faults and tell of ranges.  A forked child is not tracked (its worker is not started). */
+   faults and tell of ranges.  A fork child starts a worker of its own (fork_child). */
 #define _GNU_SOURCE
 #include "hot.h"
 #include "../monitor/monitor.h"
@@ -117,6 +117,7 @@ static struct {
   hot_page_t hot[HOT_MAX];           /* the worker's copy: hottest first */
   uint8_t* _Atomic busy;             /* the page the worker measures or moves (remove_range waits) */
   _Atomic(bool) forking;             /* between fork's prepare and its parent or child handler, */
+  _Atomic(uint64_t) child_born;      /* a fork child whose worker is not started yet: its birth */
   pid_t      fork_pid;               /* ... in this process */
   uint32_t   hist[256], threshold, k, nhot;
   uint32_t   before[CA_COLOURS_MAX], now[CA_COLOURS_MAX];   /* the hot pages per colour, as first
@@ -358,7 +359,10 @@ static void on_range(void* p, size_t n, bool added) {
 /* [lo, hi) goes to the kernel in a system call, or the program changes it itself: never trapped
    nor moved again (write-protected still).  A buffer within a span or two is found by its span;
    a longer one by every range. */
+static void child_worker(void);
+
 static void on_change(uintptr_t lo, uintptr_t hi) {
+  child_worker();
   uint8_t* a = _ca_span_memory_of((const void*)lo);
   uint8_t* b = hi - lo <= 65536 ? _ca_span_memory_of((const void*)(hi - 1)) : NULL;
   if (hi - lo <= 65536 && a == NULL && b == NULL) return;      /* not span memory: not tracked */
@@ -713,6 +717,9 @@ static void fork_prepare(void) {
   atomic_store_explicit(&H.forking, true, ca_release);
 }
 static void fork_parent(void) { atomic_store_explicit(&H.forking, false, ca_release); _ca_unlock(&H.lock); }
+/* A fork child tracks its own hot pages with a worker of its own, started at its first system
+   call after hot_delay (not here: a child that execs at once pays nothing).  It keeps the
+   ranges and their heat; colours are measured again (a page it writes gets a frame of its own). */
 static void fork_child(void) {
   atomic_store_explicit(&H.forking, false, ca_release);
   _ca_lock_reset(&H.lock);
@@ -720,7 +727,30 @@ static void fork_child(void) {
   _ca_colour_partition_fork_child();
   H.nlanes = 0;
   H.window_end = 0;
+  H.next_window = 0;
   atomic_store(&H.busy, NULL);             /* the parent's worker's page: nothing is measured here */
+  if (!H.on) return;
+  memset(H.colour, UNMEASURED, H.used);
+  memset(H.first, UNMEASURED, H.used);
+  H.nhot = H.threshold = H.k = 0;
+  memset(H.before, 0, sizeof H.before);
+  memset(H.now, 0, sizeof H.now);
+  H.first_move = H.last_move = 0;
+  H.windows = H.lanes_armed = H.lanes_written = H.pages_armed = H.arm_refused = H.arm_ns = 0;
+  H.scan = (ca_hot_scan_t){0};
+  H.measured = H.unknown = H.moved = H.move_failures = 0;
+  H.over_full = H.over_full_before = 0;
+  H.started = _ca_clock_ns();
+  atomic_store(&H.child_born, H.started);
+}
+
+/* (a wrapped system call: a thread may start here) a fork child's worker, after hot_delay */
+static void child_worker(void) {
+  uint64_t born = atomic_load_explicit(&H.child_born, ca_relaxed);
+  if (born == 0 || _ca_clock_ns() - born < (uint64_t)opt[HOT_OPT_DELAY] * 1000000u) return;
+  if (!atomic_compare_exchange_strong(&H.child_born, &born, 0)) return;
+  client.delay_ms = 0;
+  _ca_colour_client(&client);
 }
 
 #ifdef CA_TEST_HOOKS

@@ -10,7 +10,8 @@
       the L2 has ways, where random frames leave some over), and moved within hot_budget a
       period; meanwhile another thread reads a pipe into memory that windows arm (no EFAULT)
       and has glibc write through stdio and read directories (no error),
-      a page the program made read-only stays so, a forked child chases the set too, and
+      a page the program made read-only stays so, forked children chase the set too (the
+      last one tracks its own hot pages), and
       detached threads come and go (glibc's exit path touches our blocks with every signal
       blocked).
    3. Quiet: nothing armed, and armed ranges opened, from a thread's exit until it is gone,
@@ -308,6 +309,26 @@ static void program(void) {
   CHECK(atomic_load(&exited) > 0);
   CHECK(strncmp(perms_of(ro), "r--", 3) == 0);
   CHECK(stats_value("hot", "excluded_ranges") >= 1);
+  /* a fork child finds the set itself: its worker starts at its first system call after
+     hot_delay, and its windows and colours are its own */
+  pid_t child = fork();
+  if (child == 0) {
+    usleep((useconds_t)chromalloc_option("hot_delay") * 1000 + 50000);
+    int dn = open("/dev/null", O_WRONLY);
+    if (dn < 0 || write(dn, "x", 1) != 1) _exit(3);
+    CHECK_EQ(stats_value("hot", "windows"), 0);    /* the parent's are not counted here */
+    for (uint64_t c0 = l2_now_ns(); l2_now_ns() - c0 < 20000000000ull; ) {
+      p = chase(p, 4 * (long)n);
+      if (stats_value("hot", "windows") > 5 && stats_value("hot", "measured") > 0 &&
+          stats_value("hot", "hot_pages") * 10 >= (long long)(n * sizeof(node_t) / 4096) * 8) break;
+    }
+    long long w = stats_value("hot", "windows"), m = stats_value("hot", "measured"), h = stats_value("hot", "hot_pages");
+    fprintf(stderr, "program: a fork child: %lld windows, %lld hot pages, %lld measured\n", w, h, m);
+    _exit(w > 5 && m > 0 && h * 10 >= (long long)(n * sizeof(node_t) / 4096) * 8 ? 0 : 1);
+  }
+  int cstatus = -1;
+  waitpid(child, &cstatus, 0);
+  CHECK(WIFEXITED(cstatus) && WEXITSTATUS(cstatus) == 0);
   CHECK(mprotect(ro, 4096, PROT_READ | PROT_WRITE) == 0);
   for (int i = 0; i < 32; i++) free(small[i]);
   free(big);
