@@ -94,7 +94,7 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
 /* excluded: never trapped nor moved (blocks of 1 KiB or more, large objects, memory handed to a
    system call): write-protected only, its pages' colours measured and left where they are */
 typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded; } range_t;
-typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; bool writes; uint64_t bits[LANE / 64]; } lane_t;
+typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; bool writes, untrapped; uint64_t bits[LANE / 64]; } lane_t;
 typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed; } hot_page_t;
 
 static struct {
@@ -423,7 +423,7 @@ static void open_window(uint64_t now) {
     bool first = H.nlanes == 0;
     if (!first && spent + (rcost < wcost ? rcost : wcost) > budget) break;
     lane_t* l = &H.lane[H.nlanes];
-    *l = (lane_t){ r->base + (size_t)H.cur_page * CA_OS_PAGE, pages, at, -1, false, {0} };
+    *l = (lane_t){ r->base + (size_t)H.cur_page * CA_OS_PAGE, pages, at, -1, false, r->excluded, {0} };
     if (trap && (first || spent + rcost <= budget)) {
       l->slot = _ca_access_arm(l->base, pages, l->bits, false);
       if (l->slot >= 0) spent += rcost;
@@ -447,15 +447,16 @@ static void open_window(uint64_t now) {
   H.next_window = now + period;
 }
 
-/* A lane's bits into its pages' heat: the paper's scan; a written lane beside traps only adds
-   (write protection cannot tell a page read from one untouched) */
+/* A lane's bits into its pages' heat: the paper's scan; a written lane of pages that traps look
+   at too only adds (write protection cannot tell a page read from one untouched), while pages
+   never trapped have no other look: there the scan decays them as it would */
 static void close_window(void) {
   uint64_t t0 = _ca_clock_ns();
   _ca_lock(&H.lock);
   for (uint32_t l = 0; l < H.nlanes; l++) {
     lane_t* ln = &H.lane[l];
     if (ln->slot < 0 || !_ca_access_disarm(ln->slot)) continue;   /* taken back, or cut short */
-    if (ln->writes && opt[HOT_OPT_TRAPS] == TRAPS_BOTH) _ca_hot_add(H.heat + ln->at, ln->pages, ln->bits);
+    if (ln->writes && !ln->untrapped && opt[HOT_OPT_TRAPS] == TRAPS_BOTH) _ca_hot_add(H.heat + ln->at, ln->pages, ln->bits);
     else _ca_hot_scan(H.heat + ln->at, ln->pages, ln->bits, &H.rng, &H.scan);
   }
   uint32_t lanes = H.nlanes;

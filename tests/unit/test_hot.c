@@ -5,7 +5,7 @@
    1. The pieces, scripted: the heat average, the jumping scan's back-tracking, the threshold,
       the emptiest colours; and the ranking of a scripted heap (clustered hot pages among warm
       and cold ones, windows drawn from known touch probabilities) against the known top K.
-   2. A program: a hot set of 90% of the L2 (64-byte nodes) chased among cold blocks.  Its hot
+   2. A program: a hot set of 85% of the L2 (64-byte nodes) chased among cold blocks.  Its hot
       pages must be found (recall 0.8 at least), spread (no colour holding more hot pages than
       the L2 has ways, where random frames leave some over), and moved within hot_budget a
       period; meanwhile another thread reads a pipe into memory that windows arm (no EFAULT)
@@ -204,7 +204,7 @@ static int hot_pages_of(const char* p, int pages, int thr) {
 static node_t* chase(node_t* p, long steps) { for (long i = 0; i < steps; i++) p = p->next; return p; }
 
 static void program(void) {
-  size_t l2 = l2_bytes(), n = l2 * 90 / 100 / sizeof(node_t);
+  size_t l2 = l2_bytes(), n = l2 * 85 / 100 / sizeof(node_t);
   node_t** nodes = calloc(n, sizeof *nodes);
   char* cold[512];
   for (size_t i = 0, c = 0; i < n; i++) {
