@@ -127,6 +127,7 @@ bool     _ca_probe_timing_init(ca_timing_probe_t* tp, size_t level_bytes, uint32
 /* a described machine's simulated L2 (simcache.c), instead of timing */
 bool     _ca_probe_sim_init(ca_timing_probe_t* tp);
 void     _ca_sim_moved(const void* from, const void* to, size_t npages);   /* frames follow moved pages */
+void     _ca_sim_fork(bool hold);    /* fork: its lock held across (a child inherited it held by the worker) */
 /* page moves (move.c): 1 by UFFDIO_MOVE, 2 by mremap, 0 failed */
 int      _ca_colour_move_page(void* from, void* to);                    /* a page and its frame, neither in use */
 int      _ca_colour_move_live(void* page, void* fresh, void* slot, bool* parked);   /* a page in use */

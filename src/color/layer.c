@@ -155,10 +155,13 @@ static void init(void) {
   if (_ca_colour_opt(CA_COPT_RESERVE) != 0) _ca_colour_protect_default();   /* record from the start */
 }
 
+/* no page in flight across the fork, and the simulated cache's table whole */
+static void fork_prepare(void) { _ca_move_fork_hold(); _ca_sim_fork(true); }
+
 const ca_layer_t _ca_layer_colours = {
   .name = "colours", .options = options, .values = _ca_colour_options, .noptions = CA_COPT_COUNT,
   .init = init,
-  .fork_prepare = _ca_move_fork_hold,    /* no page in flight across the fork */
+  .fork_prepare = fork_prepare,
   .fork_parent = _ca_colour_fork_parent,
   .fork_child = _ca_colour_fork_child,
   .stats = _ca_colour_stats_json,

@@ -87,6 +87,7 @@ static const ca_hooks_t colour_hooks = { hook_span_memory, hook_span_released, h
 void _ca_colour_fork_child(void) {
   /* the child's pooled pages are copies: their frames (colours) are not the parent's */
   atomic_store_explicit(&L.lock.v, 0, ca_relaxed);
+  _ca_sim_fork(false);
   /* the worker does not exist here: it may have held the wake-up lock, or slept on the
      condition, at the fork (a child that asked for stock then waited on that lock for ever) */
   pthread_mutex_init(&L.wake_lock, NULL);
@@ -104,7 +105,7 @@ void _ca_colour_fork_child(void) {
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
 }
 
-void _ca_colour_fork_parent(void) { _ca_move_fork_release(); }
+void _ca_colour_fork_parent(void) { _ca_sim_fork(false); _ca_move_fork_release(); }
 
 static void install_hooks(void) {
   static _Atomic(bool) done;

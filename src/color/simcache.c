@@ -90,6 +90,14 @@ void _ca_sim_moved(const void* from, const void* to, size_t n) {
   _ca_unlock(&S.lock);
 }
 
+/* Held across fork: the worker may be in the middle of a test or a move (a fork child that
+   inherited the lock held waited on it for ever, freeing a coloured object). */
+void _ca_sim_fork(bool hold) {
+  if (!_ca_machine.simulated) return;
+  if (hold) _ca_lock(&S.lock);
+  else _ca_unlock(&S.lock);
+}
+
 /* The pages of a shared file (the set file) have the same frames in every process that maps
    it: named by the file, far from any frame an address names. */
 void _ca_sim_file_frames(void* pages, size_t npages, uint64_t file) {
