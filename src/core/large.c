@@ -151,10 +151,6 @@ static void kept_flush(bool ordinary) {
 void _ca_large_collect(void) { kept_flush(false); }
 void _ca_large_fork_child(void) { atomic_store_explicit(&kept_lock.v, 0, ca_relaxed); kept_flush(true); }
 
-/* Resize a large object without copying when it can: in place while the mapping has room
-   (shrinking gives whole tail pages back), else by growing the mapping where it lies, else by
-   moving its pages to a new 2 MiB-aligned place with mremap (page tables move, data does not).
-   NULL when none worked; the caller then copies. */
 /* An ordinary object's pages are known to the layers by address (span_memory): they let go of
    them before a resize, which may move them, and learn of them again after. */
 static void tell_pages(ca_segment_t* seg, bool ours) {
@@ -167,6 +163,10 @@ static void tell_pages(ca_segment_t* seg, bool ours) {
   else if (hk->span_memory != NULL) hk->span_memory(page, bytes, 0);
 }
 
+/* Resize a large object without copying when it can: in place while the mapping has room
+   (shrinking gives whole tail pages back), else by growing the mapping where it lies, else by
+   moving its pages to a new 2 MiB-aligned place with mremap (page tables move, data does not).
+   NULL when none worked; the caller then copies. */
 void* _ca_large_realloc(ca_segment_t* seg, void* p, size_t n) {
   CA_POLICY_CHUNK(CA_CHUNK_RESIZE, p, seg->large_size);
   size_t off = (size_t)((uint8_t*)p - (uint8_t*)seg);
