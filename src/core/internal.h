@@ -156,6 +156,7 @@ void   _ca_heap_collect_flavours(ca_heap_t* h);        /* their empty spans go b
 
 /* ---- free (free.c) and large objects (large.c), aligned (aligned.c) ----------------------- */
 void   _ca_free_generic(void* p) ca_noinline;
+void   _ca_free_span(ca_segment_t* seg, ca_span_t* s, void* p) ca_noinline;
 void   _ca_free_last(ca_span_t* s) ca_noinline;
 void   _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) ca_noinline;
 void*  _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) ca_noinline;
