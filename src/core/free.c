@@ -40,7 +40,7 @@ static bool list_contains(const ca_block_t* list, const ca_block_t* b, uint32_t 
    thread_free, so walking a snapshot of that list is safe. */
 void _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) {
   _ca_stat_inc(&_ca_stats.double_frees_checked, 1);
-  ca_block_t* remote = (ca_block_t*)(atomic_load_explicit(&s->thread_free, ca_acquire) & ~CA_DELAY_MASK);
+  ca_block_t* remote = CA_TF_BLOCKS(atomic_load_explicit(&s->thread_free, ca_acquire));
   ca_block_t* delayed = atomic_load_explicit(&h->delayed_free, ca_acquire);
   if (list_contains(s->free, b, s->capacity) || list_contains(s->local_free, b, s->capacity) ||
       list_contains(remote, b, s->capacity) || list_contains(delayed, b, UINT32_MAX - 1))
@@ -68,7 +68,7 @@ static inline void free_remote(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
   do {
     delayed = (tf & CA_DELAY_MASK) == CA_DELAY_USE;
     if (delayed) ntf = (tf & ~CA_DELAY_MASK) | CA_DELAY_FREEING;
-    else { b->next = (ca_block_t*)(tf & ~CA_DELAY_MASK); ntf = (uintptr_t)b | (tf & CA_DELAY_MASK); }
+    else { b->next = CA_TF_BLOCKS(tf); ntf = (uintptr_t)b | (tf & CA_DELAY_MASK) | ((tf & ~(CA_TF_ONE - 1)) + CA_TF_ONE); }
   } while (!atomic_compare_exchange_weak_explicit(&s->thread_free, &tf, ntf, ca_release, ca_relaxed));
   if (ca_unlikely(delayed)) free_delayed(seg, s, b);
 }

@@ -73,7 +73,7 @@ static void span_to_full(ca_heap_t* h, ca_span_t* s) {
   spanq_push_back(&h->queues[CA_CLASS_FULL], s);
   _ca_span_set_delay(s, CA_DELAY_USE, false);
   /* a remote free may have landed before the state changed: it would wait unseen */
-  if ((atomic_load_explicit(&s->thread_free, ca_acquire) & ~CA_DELAY_MASK) != 0) _ca_heap_span_unfull(h, s);
+  if (CA_TF_BLOCKS(atomic_load_explicit(&s->thread_free, ca_acquire)) != NULL) _ca_heap_span_unfull(h, s);
 }
 
 void _ca_heap_span_unfull(ca_heap_t* h, ca_span_t* s) {

@@ -84,6 +84,11 @@ typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_
 #define CA_DELAY_FREEING   2       /* a remote thread is pushing onto heap->delayed_free */
 #define CA_DELAY_NEVER     3       /* abandoned: never touch the heap */
 #define CA_DELAY_MASK      ((uintptr_t)3)
+/* the list's length rides in the word's top 16 bits (user addresses stay below 2^47, a span holds
+   at most 4096 blocks): the owner learns that every block came back without walking the list */
+#define CA_TF_COUNT_SHIFT  48
+#define CA_TF_ONE          ((uintptr_t)1 << CA_TF_COUNT_SHIFT)
+#define CA_TF_BLOCKS(tf)   ((ca_block_t*)((tf) & (CA_TF_ONE - 1) & ~CA_DELAY_MASK))
 
 typedef struct ca_block_s {
   struct ca_block_s* next;
@@ -98,7 +103,7 @@ typedef struct ca_span_s {
      are 96 bytes, so an odd span's first 32 bytes share a line with the even span's last 32.
      With thread_free at the end, every remote free to span k pulled span k+1's free list away
      from its owner; now that line holds span k's queue links beside span k+1's own words. */
-  _Atomic(uintptr_t)   thread_free;    /* remote frees | CA_DELAY_* */
+  _Atomic(uintptr_t)   thread_free;    /* count << 48 | remote frees | CA_DELAY_* */
   ca_block_t*          free;           /* blocks ready to hand out (owner only) */
   ca_heap_t*           local;          /* the owner heap while its frees may take the fast path
                                           (ordinary heap, no flag set), else NULL: free()'s one

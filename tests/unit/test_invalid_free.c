@@ -1,6 +1,7 @@
 /* Invalid frees abort with one line "chromalloc: ..." naming the pointer: a pointer that is not
    chromalloc's (stack), an interior pointer of a small block and of a large object, a double
-   free by the owner, by another thread, and of a large object, a free into a span that was
+   free by the owner, by another thread, and of a large object, a write into blocks another
+   thread freed that cuts their list short, a free into a span that was
    already given back, a pointer above user space that names one of our segments modulo 2^47, and
    realloc of a foreign pointer.  Each case runs in a child whose
    SIGABRT handler prints the pointer the case used, so the test can check it was named. */
@@ -27,6 +28,22 @@ static void double_remote(void) {             /* another thread frees a block al
   name(p);
   free(p);
   pthread_t t; pthread_create(&t, NULL, thread_free, p); pthread_join(t, NULL);
+}
+/* a write into blocks another thread freed (a use after free) cuts the span's remote list short:
+   the owner finds it shorter than the frees counted when it takes the list back */
+static void* volatile sink;
+static void* free_ten(void* arg) {
+  void** p = arg;
+  for (int i = 0; i < 10; i++) free(p[i]);
+  return NULL;
+}
+static void remote_list_cut(void) {
+  static void* p[3000];
+  for (int i = 0; i < 3000; i++) p[i] = malloc(56);     /* the first span fills up */
+  pthread_t t; pthread_create(&t, NULL, free_ten, p); pthread_join(t, NULL);
+  *(void**)p[5] = NULL;                                  /* the list runs 9 -> 8 -> ... -> 1 */
+  name(p[9]);
+  for (int i = 0; i < 100000; i++) sink = malloc(56);    /* until the owner takes the list back */
 }
 static void double_large(void)   { void* p = malloc(3 << 20); name(p); free(p); free(p); }
 static void freed_span(void) {
@@ -81,6 +98,7 @@ int main(void) {
   expect_abort("double free after a remote free", double_after_remote, "double free");
   expect_abort("double free by another thread", double_remote, "double free");
   expect_abort("double free of a large object", double_large, "double free");
+  expect_abort("remote free list cut short", remote_list_cut, "corrupted remote free list");
   expect_abort("free into a released span", freed_span, "free(): ");
   expect_abort("pointer above user space", wild_high, "not allocated by chromalloc");
   expect_abort("realloc of a foreign pointer", realloc_foreign, "invalid pointer");

@@ -2,9 +2,12 @@
    blocks and exit: their heaps are reused and the number of segments stays flat; (2) threads
    exit leaving live blocks that the main thread frees later (remote frees into abandoned
    segments), and later threads adopt those segments instead of mapping new ones; (3) the statistics count every
-   block once through all that. */
+   block once through all that; (4) a span whose every block another thread freed starts again
+   from its first block: the owner's next blocks come in address order, not in the reverse order
+   of the frees, and the span's lists are not walked. */
 #include "check.h"
 #include <pthread.h>
+#include <stddef.h>
 
 static void* churn(void* arg) {
   void** p = malloc(32768 * sizeof(void*));
@@ -12,6 +15,12 @@ static void* churn(void* arg) {
   for (int i = 0; i < 32768; i++) free(p[i]);
   free(p);
   return arg;
+}
+
+static void* free_all(void* arg) {
+  void** q = arg;
+  for (int i = 0; i < 4000; i++) free(q[i]);
+  return NULL;
 }
 
 #define LEAVE 20000
@@ -59,5 +68,25 @@ int main(void) {
   long long made = 205LL * 32768 + 50LL * LEAVE;         /* the 256 KiB pointer arrays are large */
   fprintf(stderr, "statistics: %lld small allocations counted, %lld made by the test\n", allocs, made);
   CHECK(allocs >= made && allocs <= made + 100000);
+
+  /* (4) 88-byte blocks: a class nothing else here uses */
+  enum { N = 4000 };
+  static void* q[N];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++) q[i] = malloc(88);
+    pthread_t t;
+    pthread_create(&t, NULL, free_all, q);
+    pthread_join(t, NULL);
+    for (int i = 0; i < N; i++) q[i] = malloc(88);
+    int up = 0, down = 0;
+    for (int i = 1; i < N; i++) {
+      ptrdiff_t d = (char*)q[i] - (char*)q[i - 1];
+      up += d > 0 && d <= 128;
+      down += d < 0 && d >= -128;
+    }
+    fprintf(stderr, "remote frees of whole spans: next blocks %d ascending, %d descending neighbours\n", up, down);
+    CHECK(up > N * 3 / 4);
+    for (int i = 0; i < N; i++) free(q[i]);
+  }
   return check_done("test_threads");
 }
