@@ -15,7 +15,7 @@ LIBFLAGS = -std=gnu11 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden -ftls-mo
 # Two libraries from one tree: the allocator alone (core + index-aware placement + the malloc
 # API) and the cache runtime (the same allocator plus the colour layer, the monitor and the
 # policies).  They share every object but the core's init, which the runtime's names its layers in.
-LEAN_SRC    = $(wildcard src/core/*.c src/index/*.c) src/api/malloc.c
+LEAN_SRC    = $(wildcard src/core/*.c src/index/*.c) src/api/malloc.c src/api/new.c
 RUNTIME_SRC = $(wildcard src/color/*.c src/monitor/*.c src/policy/*.c) src/api/colours.c src/api/runtime.c
 LEAN_OBJ    = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LEAN_SRC))
 RUNTIME_OBJ = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(RUNTIME_SRC))

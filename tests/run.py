@@ -69,6 +69,11 @@ def suite(build):
         add("%s-preload" % t, [exe(t, "plain")], lean)
         if t != "lean":
             add("%s-colour" % t, [exe(t, "plain")], colour)
+    # C++'s operator new and delete: the library's, linked, preloaded, and in the cache runtime
+    add("new-shared", [exe("new", "shared")])
+    add("new-static", [exe("new", "static")])
+    add("new-preload", [exe("new", "plain")], lean)
+    add("new-colour", [exe("new", "plain")], colour)
     # the cache runtime's: linked (shared, static) and preloaded
     for t in ["colour_api", "monitor"]:
         add("%s-shared" % t, [exe(t, "cshared")])

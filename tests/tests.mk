@@ -41,6 +41,20 @@ $(TEST_BIN)/%-internal: tests/unit/%.c $(TEST_DEPS) $(TEST_LIB)
 	@mkdir -p $(TEST_BIN)
 	$(CC) $(TEST_CFLAGS) -DCA_TEST_HOOKS $< -o $@ -Wl,--whole-archive $(TEST_LIB) -Wl,--no-whole-archive -ldl
 
+# C++'s operator new and delete (a C++ program; -O0: the compiler may drop a new/delete pair)
+TEST_CXXFLAGS = -std=c++17 -O0 -g -Wall -Wextra -Wno-free-nonheap-object -pthread
+$(TEST_BIN)/test_new-plain: tests/unit/test_new.cpp
+	@mkdir -p $(TEST_BIN)
+	$(CXX) $(TEST_CXXFLAGS) $< -o $@ -ldl
+
+$(TEST_BIN)/test_new-shared: tests/unit/test_new.cpp $(SO)
+	@mkdir -p $(TEST_BIN)
+	$(CXX) $(TEST_CXXFLAGS) $< -o $@ -L$(BUILD) -Wl,-rpath,$(abspath $(BUILD)) -lchromalloc -ldl
+
+$(TEST_BIN)/test_new-static: tests/unit/test_new.cpp $(AR_LIB)
+	@mkdir -p $(TEST_BIN)
+	$(CXX) $(TEST_CXXFLAGS) $< -o $@ -Wl,--whole-archive $(AR_LIB) -Wl,--no-whole-archive -ldl
+
 # the core and index-aware placement link into a program with libc alone
 $(TEST_BIN)/core-alone: tests/unit/core_alone.c $(LEAN_OBJ)
 	@mkdir -p $(TEST_BIN)
@@ -48,7 +62,8 @@ $(TEST_BIN)/core-alone: tests/unit/core_alone.c $(LEAN_OBJ)
 
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static) \
             $(foreach t,$(TEST_COLOUR),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-cshared $(TEST_BIN)/test_$(t)-cstatic) \
-            $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-internal) $(TEST_BIN)/core-alone
+            $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-internal) $(TEST_BIN)/core-alone \
+            $(TEST_BIN)/test_new-plain $(TEST_BIN)/test_new-shared $(TEST_BIN)/test_new-static
 
 .PHONY: test test-build check-machine
 test-build: lib $(TEST_BINS)
