@@ -14,7 +14,7 @@ rptest, xmalloc-test and glibc-thread are timed by what they print (their "relat
 others by wall time.  sh6bench and sh8bench are built only when their sources are present in
 bench/shbench (bench.sh's environment script downloads them).
 
-Writes mimalloc-bench.csv (every run), mimalloc-bench_summary.{csv,json} (median time and peak
+Writes mimalloc-bench.csv (every run), mimalloc-bench_summary.{csv,json} (median time, its range and peak
 RSS per benchmark and allocator, ratios to mimalloc, geometric means) and mimalloc-bench.png to
 the results directory (default bench/results).
 """
@@ -182,7 +182,8 @@ def main():
         geo[an] = {"time_ratio": br.geomean(tr), "rss_ratio": br.geomean(rr), "benchmarks": len(tr)}
     br.write_json(results / "mimalloc-bench_summary.json", {"machine": meta, "reps": a.reps, "procs": a.procs,
                                                             "reference": ref, "benchmarks": stats, "geomean": geo})
-    hdr = ["benchmark"] + ["%s_time_ratio" % x for x in anames] + ["%s_rss_ratio" % x for x in anames]
+    hdr = (["benchmark"] + ["%s_time_ratio" % x for x in anames] + ["%s_rss_ratio" % x for x in anames] +
+           ["%s_time_range" % x for x in anames])
     out = []
     br.say("\nmimalloc-bench: median time (ratio to %s) | peak RSS ratio" % ref)
     br.say("%-16s" % "benchmark" + "".join("%16s" % x for x in anames))
@@ -190,7 +191,9 @@ def main():
         base = stats[n].get(ref)
         cells = [(stats[n][x]["time"] / base["time"], stats[n][x]["maxrss_kib"] / base["maxrss_kib"]) if base and x in stats[n]
                  else (None, None) for x in anames]
-        out.append([n] + [br.fmt(c[0], ".3f") for c in cells] + [br.fmt(c[1], ".3f") for c in cells])
+        ranges = ["%s-%s" % (br.fmt(stats[n][x]["time_min"]), br.fmt(stats[n][x]["time_max"])) if x in stats[n] else ""
+                  for x in anames]                      # the spread of single runs, in the benchmark's unit
+        out.append([n] + [br.fmt(c[0], ".3f") for c in cells] + [br.fmt(c[1], ".3f") for c in cells] + ranges)
         br.say("%-16s" % n + "".join("%16s" % ("%.2f | %.2f" % c if c[0] is not None else "-") for c in cells))
     br.say("%-16s" % "geomean" + "".join("%16s" % ("%.3f | %.3f" % (geo[x]["time_ratio"], geo[x]["rss_ratio"])
                                                     if geo[x]["benchmarks"] else "-") for x in anames))
