@@ -19,10 +19,13 @@ typedef void (*ca_new_handler_t)(void);
 extern ca_new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak));   /* std::get_new_handler */
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));   /* std::__throw_bad_alloc */
 
+/* dlsym is libc's from glibc 2.34, libdl's before: weak, so the library never needs libdl */
+extern void* dlsym(void* handle, const char* name) __attribute__((weak));
+
 /* libstdc++'s function `name`: bound at load time, or looked up now (a C program that loaded a
    C++ library with dlopen after chromalloc) */
 static void* cxx_runtime(void* bound, const char* name) {
-  return bound != NULL ? bound : dlsym(RTLD_DEFAULT, name);
+  return bound != NULL || dlsym == NULL ? bound : dlsym(RTLD_DEFAULT, name);
 }
 
 static ca_noinline void* new_failed(size_t n, const void* frame, const void* ret) {
