@@ -43,15 +43,14 @@ static ca_noinline void* new_failed(size_t n, const void* frame, const void* ret
   }
 }
 
-/* the policy reads the program's context above new, as above malloc */
-static inline void* new_block(size_t n, const void* frame, const void* ret) {
-  void* p = _ca_malloc_from(n, frame, ret);
+/* the array forms are the plain ones; a sized delete does not need its size */
+ca_export void* _Znwm(size_t n) {
+  const void* frame = __builtin_frame_address(0), *ret = __builtin_return_address(0);
+  void* p = _ca_malloc_from(n, frame, ret);    /* the policy reads the context above new, as above malloc */
   return ca_likely(p != NULL) ? p : new_failed(n, frame, ret);
 }
-
-ca_export void* _Znwm(size_t n) { return new_block(n, __builtin_frame_address(0), __builtin_return_address(0)); }
-ca_export void* _Znam(size_t n) { return new_block(n, __builtin_frame_address(0), __builtin_return_address(0)); }
-ca_export void _ZdlPv(void* p) { _ca_free(p); }
-ca_export void _ZdaPv(void* p) { _ca_free(p); }
-ca_export void _ZdlPvm(void* p, size_t n) { (void)n; _ca_free(p); }
-ca_export void _ZdaPvm(void* p, size_t n) { (void)n; _ca_free(p); }
+ca_export void  _ZdlPv(void* p) { _ca_free(p); }
+ca_export void  _ZdlPvm(void* p, size_t n) { (void)n; _ca_free(p); }
+ca_export void* _Znam(size_t n) __attribute__((alias("_Znwm"), copy(_Znwm)));
+ca_export void  _ZdaPv(void* p) __attribute__((alias("_ZdlPv"), copy(_ZdlPv)));
+ca_export void  _ZdaPvm(void* p, size_t n) __attribute__((alias("_ZdlPvm"), copy(_ZdlPvm)));

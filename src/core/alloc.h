@@ -61,7 +61,7 @@ static inline __attribute__((always_inline)) void _ca_free(void* p) {
     _ca_free_span(seg, s, p);                 /* another thread's block, or one needing care */
     return;
   }
-  _ca_free_generic(p);
+  _ca_free_unknown(p);
 }
 
 #endif

@@ -76,13 +76,9 @@ static inline void free_remote(ca_segment_t* seg, ca_span_t* s, ca_block_t* b) {
 /* The owner freed the last used block of a span. */
 void _ca_free_last(ca_span_t* s) { _ca_heap_span_retire(_ca_heap, s); }
 
-void _ca_free_generic(void* p) {
-  ca_segment_t* seg = _ca_segment_of(p);
-  if (seg == NULL) {
-    if (p == NULL) return;
-    invalid("free(): invalid pointer %p (not allocated by chromalloc)", p);
-  }
-  _ca_free_span(seg, _ca_span_of(seg, p), p);
+/* free's fast path found no segment: NULL, or a pointer that is not ours */
+void _ca_free_unknown(void* p) {
+  if (p != NULL) invalid("free(): invalid pointer %p (not allocated by chromalloc)", p);
 }
 
 /* Everything but another thread's block of a plain span (free_span's one fast case). */

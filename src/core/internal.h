@@ -155,7 +155,7 @@ ca_heap_t* _ca_heap_flavour(uint8_t flavour);
 void   _ca_heap_collect_flavours(ca_heap_t* h);        /* their empty spans go back */
 
 /* ---- free (free.c) and large objects (large.c), aligned (aligned.c) ----------------------- */
-void   _ca_free_generic(void* p) ca_noinline;
+void   _ca_free_unknown(void* p) ca_noinline;
 void   _ca_free_span(ca_segment_t* seg, ca_span_t* s, void* p) ca_noinline;
 void   _ca_free_last(ca_span_t* s) ca_noinline;
 void   _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) ca_noinline;
