@@ -31,12 +31,12 @@ static inline void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
   return ca_likely(p != NULL) ? p : _ca_malloc_generic(h, n);
 }
 
-static inline void* _ca_malloc(size_t n) { return _ca_heap_malloc(_ca_heap, n); }
+static inline void* _ca_malloc(size_t n) { return _ca_heap_malloc(_ca_heap_alloc, n); }
 
 /* malloc on behalf of an entry point other than malloc (calloc, realloc): the policy reads the
    program's context above that entry point's frame */
 static inline void* _ca_malloc_from(size_t n, const void* frame, const void* ret) {
-  ca_heap_t* h = _ca_heap;
+  ca_heap_t* h = _ca_heap_alloc;
   void* p = _ca_heap_pop(h, n);
   return ca_likely(p != NULL) ? p : _ca_malloc_generic_at(h, n, frame, ret);
 }

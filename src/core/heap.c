@@ -13,6 +13,7 @@
 ca_span_t _ca_span_empty = { .flags = CA_SPAN_UNUSED };
 ca_heap_t _ca_heap_empty = { .direct = { [0 ... CA_DIRECT_N - 1] = &_ca_span_empty } };
 __thread ca_heap_t* _ca_heap __attribute__((tls_model("initial-exec"))) = &_ca_heap_empty;
+__thread ca_heap_t* _ca_heap_alloc __attribute__((tls_model("initial-exec"))) = &_ca_heap_empty;
 __thread bool _ca_no_policy __attribute__((tls_model("initial-exec")));
 
 static ca_lock_t  registry_lock;
@@ -433,6 +434,15 @@ void* _ca_malloc_flavour(size_t n, uint8_t flavour) {
   ca_heap_t* h = _ca_heap_flavour(flavour);
   if (h == NULL) { errno = ENOMEM; return NULL; }
   return _ca_heap_malloc(h, n);
+}
+
+/* The thread's mallocs go to its heap of `flavour` (0: its own again).  A thread with no heap
+   yet, or one whose heap is gone (exiting), is left as it is: its next malloc starts one. */
+ca_heap_t* _ca_heap_divert(uint8_t flavour) {
+  ca_heap_t* h = _ca_heap;
+  if (h == &_ca_heap_empty) return h;
+  ca_heap_t* f = flavour != 0 ? _ca_heap_flavour(flavour) : h;
+  return _ca_heap_alloc = f != NULL ? f : h;
 }
 
 /* The calling thread's heap for memory of a flavour (created on first use). */

@@ -131,8 +131,18 @@ bool     _ca_class_placed(uint32_t c);
 extern __thread bool _ca_no_policy __attribute__((tls_model("initial-exec")));
 
 /* ---- memory for the layers -------------------------------------------------------------------- */
-#define CA_FLAVOURS 16                                /* 0 = ordinary, 1.. = colour sets */
+#define CA_FLAVOURS 17                /* 0 = ordinary, 1..15 = colour sets, 16 = spread (colour.h) */
 void*  _ca_malloc_flavour(size_t n, uint8_t flavour);   /* from the thread's heap of the flavour */
+/* Diverting a thread's allocations.  Until called again, the calling thread's malloc, calloc,
+   realloc and aligned allocations come from its heap of `flavour` (0: its own); its fast paths
+   are unchanged (malloc reads _ca_heap_alloc instead of _ca_heap; frees and ownership always go
+   by _ca_heap).  _ca_heap_divert returns the heap now in use, which a layer may keep and store
+   back into _ca_heap_alloc itself while _ca_heap is still the one it saw (a lock call's fast
+   path: two thread-local stores). */
+struct ca_heap_s;
+extern __thread struct ca_heap_s* _ca_heap __attribute__((tls_model("initial-exec")));
+extern __thread struct ca_heap_s* _ca_heap_alloc __attribute__((tls_model("initial-exec")));
+struct ca_heap_s* _ca_heap_divert(uint8_t flavour);
 void*  _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour);   /* pages of its own */
 void*  _ca_malloc_page(void);                   /* a page of its own inside a span block (free: chunk) */
 void   _ca_free_chunk(void* p);                 /* free() */

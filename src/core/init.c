@@ -65,7 +65,7 @@ ca_heap_t* _ca_thread_init(void) {
     h = _ca_heap_acquire();
     if (h == NULL) return NULL;
   }
-  _ca_heap = h;
+  _ca_heap = _ca_heap_alloc = h;
   _ca_stat_inc(&_ca_stats.threads, 1);
   /* both may allocate (pthread_setspecific for high keys, pthread_atfork always): the heap is set */
   if (thread_key_ok) pthread_setspecific(thread_key, h);
@@ -78,7 +78,7 @@ static void thread_done(void* arg) {
   ca_heap_t* h = arg;
   if (h == NULL || h != _ca_heap) return;
   for (const ca_layer_t* const* l = _ca_layers; *l != NULL; l++) if ((*l)->thread_done) (*l)->thread_done();
-  _ca_heap = &_ca_heap_empty;          /* a later allocation in this thread starts a new heap */
+  _ca_heap = _ca_heap_alloc = &_ca_heap_empty;   /* a later allocation in this thread starts a new heap */
   _ca_heap_done(h);
 }
 
