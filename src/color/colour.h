@@ -63,6 +63,9 @@ extern const ca_layer_t _ca_layer_colours;
 #define CA_COLOURS_MAX    64      /* colours of one level we can tell apart (a 64-bit mask) */
 #define CA_WAYS_MAX       32
 #define CA_COLOUR_SETS    15      /* public colour sets (flavours 1..15) */
+/* memory whose pages a client spreads evenly over every colour (lock sets): ordinary frames when
+   handed out, told to the client (its `range`), which moves them; never from a pool */
+#define CA_FLAVOUR_SPREAD (CA_COLOUR_SETS + 1)
 #define CA_QUIET_MAX      24      /* quiet pages of the timing probe */
 
 /* ---- the probe: does touching pages[0..n) evict page r from the level? ------------------- */
@@ -270,7 +273,8 @@ bool     _ca_colour_suspect(bool* suspected, bool bad, bool judged_ok);   /* dro
 
 /* ---- single colours (spread.c): a policy spreading pages over every colour ------------------ */
 typedef struct ca_colour_client_s {
-  void     (*range)(void* p, size_t n, bool added);   /* ordinary memory handed out / taken back */
+  /* memory handed out / taken back: ordinary (flavour 0), or to be spread (CA_FLAVOUR_SPREAD) */
+  void     (*range)(void* p, size_t n, bool added, uint32_t flavour);
   uint64_t (*work)(void);      /* on the worker once the layer is ready: ms until it wants it again */
   uint64_t delay_ms;           /* the worker starts this long after the process at the earliest */
 } ca_colour_client_t;

@@ -43,8 +43,12 @@ static ca_page_pool_t* vouched_pool(int id) {
 static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
   if (flavour == 0) {                                                        /* ordinary memory */
     _ca_protect_add(base, base, bytes);
-    if (_ca_cs_client() != NULL) _ca_cs_client()->range(base, bytes, true);
+    if (_ca_cs_client() != NULL) _ca_cs_client()->range(base, bytes, true, 0);
     return false;
+  }
+  if (flavour == CA_FLAVOUR_SPREAD) {               /* the client spreads it: of its flavour as it is */
+    if (_ca_cs_client() != NULL) _ca_cs_client()->range(base, bytes, true, flavour);
+    return true;
   }
   if (flavour > CA_COLOUR_SETS) return false;
   ca_colour_set_t* s = &L.sets[flavour];
@@ -66,9 +70,9 @@ static bool hook_span_memory(void* base, size_t bytes, uint32_t flavour) {
 }
 
 static void hook_span_released(void* base, size_t bytes, uint32_t flavour) {
-  if (flavour == 0) {
-    _ca_protect_remove(base);
-    if (_ca_cs_client() != NULL) _ca_cs_client()->range(base, bytes, false);
+  if (flavour == 0 || flavour == CA_FLAVOUR_SPREAD) {
+    if (flavour == 0) _ca_protect_remove(base);
+    if (_ca_cs_client() != NULL) _ca_cs_client()->range(base, bytes, false, flavour);
     return;
   }
   if (flavour > CA_COLOUR_SETS) return;
@@ -78,6 +82,7 @@ static void hook_span_released(void* base, size_t bytes, uint32_t flavour) {
 }
 
 static bool hook_span_ready(size_t bytes, uint32_t flavour) {
+  if (flavour == CA_FLAVOUR_SPREAD) return true;
   return flavour >= 1 && flavour <= CA_COLOUR_SETS && atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY &&
          L.sets[flavour].pool.count >= bytes / CA_OS_PAGE;
 }

@@ -44,7 +44,9 @@
    faults and tell of ranges.  A fork child starts a worker of its own (fork_child). */
 #define _GNU_SOURCE
 #include "hot.h"
+#include "locksets.h"
 #include "../monitor/monitor.h"
+#include "../monitor/locks.h"
 #include "../monitor/trap.h"
 #include "../color/colour.h"
 #include <sched.h>
@@ -93,12 +95,14 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
 
 /* excluded: never trapped nor moved (blocks of 1 KiB or more, large objects, memory handed to a
    system call): write-protected only, its pages' colours measured and left where they are */
-typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded; } range_t;
+/* lock-set memory (locksets.c: a span of the spread flavour) is hot from the start, never
+   trapped, and balanced over the colours among itself as well; `set` names its lock set */
+typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded, locked; uint8_t set; } range_t;
 typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; bool writes, untrapped; uint64_t bits[LANE / 64]; } lane_t;
-typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed; } hot_page_t;
+typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed, locked; uint8_t set; } hot_page_t;
 
 static struct {
-  bool       on;
+  bool       on, sampling;            /* the layer (hot pages or lock sets); sampling windows (hot) */
   ca_lock_t  lock;                   /* ranges and the arena (program threads tell of ranges) */
   range_t    r[RANGES];
   uint32_t   n;
@@ -131,6 +135,9 @@ static struct {
   uint8_t    no_frames[CA_COLOURS_MAX];    /* moves to a colour that found no frame of it */
   uint32_t   unusable;                      /* colours given up for that */
   uint64_t   partition;                     /* the colours our hot pages may use (hot_partition) */
+  /* each lock set's pages, those of a known colour, and per colour */
+  uint32_t   set_pages[CA_LOCKSETS_MAX + 1], set_known[CA_LOCKSETS_MAX + 1], set_colours[CA_LOCKSETS_MAX + 1][CA_COLOURS_MAX];
+  uint64_t   set_moved[CA_LOCKSETS_MAX + 1];
 } H;
 
 /* ---- the pure pieces (hot.h) ----------------------------------------------------------------- */
@@ -284,10 +291,11 @@ static void compact(void) {
 #define BLOCK_MAX 1024
 #define BIG_MAX   16384              /* pages: larger objects are not tracked (64 MiB) */
 
-static void add_range(uint8_t* p, size_t bytes) {
+static void add_range(uint8_t* p, size_t bytes, bool locked) {
   uint32_t block = _ca_block_size_of(p);
   bool traps = block != 0 && block < BLOCK_MAX;
-  if (!traps && (opt[HOT_OPT_TRAPS] == TRAPS_READS || bytes / CA_OS_PAGE > BIG_MAX)) return;
+  if (locked ? bytes / CA_OS_PAGE > BIG_MAX : !traps && (opt[HOT_OPT_TRAPS] == TRAPS_READS || bytes / CA_OS_PAGE > BIG_MAX)) return;
+  uint8_t set = locked ? _ca_lockset_current() : 0;
   uint8_t* lo = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
   uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
   if (hi <= lo) return;
@@ -297,8 +305,8 @@ static void add_range(uint8_t* p, size_t bytes) {
   if (H.used + pages > PAGES) compact();
   if (H.n < RANGES && H.used + pages <= PAGES) {
     index_put(lo, H.n);
-    H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, !traps };
-    memset(H.heat + H.used, 0, pages);
+    H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, !traps && !locked, locked, set };
+    memset(H.heat + H.used, locked ? 255 : 0, pages);
     memset(H.colour + H.used, UNMEASURED, pages);
     memset(H.first + H.used, UNMEASURED, pages);
     memset(H.seen + H.used, 0, pages);
@@ -346,12 +354,14 @@ int _ca_hot_heat_of(const void* p) {
   return h;
 }
 
-static void on_range(void* p, size_t n, bool added) {
+static void on_range(void* p, size_t n, bool added, uint32_t flavour) {
+  bool locked = flavour == CA_FLAVOUR_SPREAD;
+  if (!locked && !H.sampling) return;               /* lock sets alone: ordinary memory is not ours */
   /* a fork child, before its handlers are done: the core's hands back its kept objects while
      H.lock is still held by the fork (this thread, in the parent) */
   bool child = atomic_load_explicit(&H.forking, ca_acquire) && getpid() != H.fork_pid;
   if (child) _ca_lock_reset(&H.lock);
-  if (added) add_range(p, n);
+  if (added) add_range(p, n, locked);
   else remove_range(p, n);
   if (child) _ca_lock(&H.lock);
 }
@@ -415,7 +425,7 @@ static void open_window(uint64_t now) {
   for (uint32_t visited = 0; H.n > 0 && H.nlanes < LANES && visited <= H.n; ) {
     if (H.cur_range >= H.n) { H.cur_range = 0; H.cur_page = 0; }
     range_t* r = &H.r[H.cur_range];
-    if ((r->excluded && !writes) || H.cur_page >= r->pages) { H.cur_range++; H.cur_page = 0; visited++; continue; }
+    if ((r->excluded && !writes) || r->locked || H.cur_page >= r->pages) { H.cur_range++; H.cur_page = 0; visited++; continue; }
     uint32_t pages = r->pages - H.cur_page < LANE ? r->pages - H.cur_page : LANE;
     uint32_t at = r->at + H.cur_page;
     bool trap = reads && !r->excluded;
@@ -488,7 +498,7 @@ static void find_hot(uint32_t k) {
       uint32_t at = H.r[i].at + p, h = H.heat[at];
       if (h >= H.threshold && at_heat[h] < H.nhot)
         H.hot[at_heat[h]++] = (hot_page_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, (uint8_t)h, H.colour[at], H.first[at],
-                                            H.r[i].excluded };
+                                            H.r[i].excluded, H.r[i].locked, H.r[i].set };
     }
 }
 
@@ -511,6 +521,18 @@ static int on_page(hot_page_t* h, uint64_t mask, uint32_t* tries) {
   if (at >= 0 && mask == 0 && H.first[at] == UNMEASURED) H.first[at] = h->first = (int8_t)c;
   _ca_unlock(&H.lock);
   return c;
+}
+
+/* each lock set's hot pages, and how many of them are of each known colour */
+static void lockset_counts(uint32_t colours) {
+  memset(H.set_pages, 0, sizeof H.set_pages);
+  memset(H.set_known, 0, sizeof H.set_known);
+  memset(H.set_colours, 0, sizeof H.set_colours);
+  for (uint32_t i = 0; i < H.nhot; i++)
+    if (H.hot[i].locked) {
+      H.set_pages[H.hot[i].set]++;
+      if (H.hot[i].colour >= 0 && (uint32_t)H.hot[i].colour < colours) { H.set_known[H.hot[i].set]++; H.set_colours[H.hot[i].set][H.hot[i].colour]++; }
+    }
 }
 
 static void spread(void) {
@@ -561,11 +583,21 @@ static void spread(void) {
   uint32_t left[CA_COLOURS_MAX], room[CA_COLOURS_MAX], tries = budget * 2 + 8;
   memcpy(left, count, sizeof count);
   for (uint32_t c = 0; c < colours; c++) room[c] = H.no_frames[c] >= 3 || cap_of[c] == 0 ? cap : count[c];
-  for (uint32_t pass = 0; pass < 2; pass++)
+  /* each lock set's pages first (pass 0): evenly among themselves, ceil(n / colours) a colour,
+     before the hot set's cap (passes 1 and 2) */
+  uint32_t parts = (uint32_t)__builtin_popcountll(part), room_of_set[CA_COLOURS_MAX];
+  lockset_counts(colours);
+  for (uint32_t pass = 0; pass < 3; pass++)
     for (uint32_t i = 0; i < H.nhot && budget > 0; i++) {
       int c = H.hot[i].colour;
-      if (H.hot[i].fixed || !(pass == 0 ? c >= 0 && (uint32_t)c < colours && left[c] > cap_of[c] : c == -1)) continue;
-      uint64_t mask = _ca_hot_target(room, colours, cap, _ca_colour_spares());
+      bool known = c >= 0 && (uint32_t)c < colours;
+      uint32_t* mine = H.set_colours[H.hot[i].set], mine_cap = parts ? (H.set_known[H.hot[i].set] + parts - 1) / parts : 0;
+      if (H.hot[i].fixed || !(pass == 0 ? H.hot[i].locked && known && mine[c] > mine_cap
+                              : pass == 1 ? known && left[c] > cap_of[c] : c == -1)) continue;
+      if (pass == 0)
+        for (uint32_t k = 0; k < colours; k++) room_of_set[k] = H.no_frames[k] >= 3 || cap_of[k] == 0 ? mine_cap : mine[k];
+      uint64_t mask = pass == 0 ? _ca_hot_target(room_of_set, colours, mine_cap, _ca_colour_spares())
+                                : _ca_hot_target(room, colours, cap, _ca_colour_spares());
       if (mask == 0 || tries == 0) break;            /* every colour is full: the hot set is too big */
       uint32_t had = tries;
       int to = on_page(&H.hot[i], mask, &tries);
@@ -575,6 +607,7 @@ static void spread(void) {
         for (uint32_t k = 0; k < colours; k++) if ((mask >> k) & 1 && ++H.no_frames[k] == 3) { room[k] = cap; H.unusable++; }
       if (to < 0) { H.move_failures += to != -3; continue; }
       if (c >= 0) { count[c]--; left[c]--; room[c] -= room[c] < cap; }
+      if (H.hot[i].locked) { if (known) mine[c]--; else H.set_known[H.hot[i].set]++; mine[to]++; H.set_moved[H.hot[i].set]++; }
       count[to]++;
       room[to]++;
       H.hot[i].colour = (int8_t)to;
@@ -588,6 +621,10 @@ static void spread(void) {
 /* the colour worker's turn: a window opened or closed; ms until the next */
 static uint64_t work(void) {
   uint64_t now = _ca_clock_ns();
+  if (!H.sampling) {                                 /* lock sets alone: their pages are hot as they come */
+    if (now >= H.next_window) { spread(); H.next_window = _ca_clock_ns() + (uint64_t)opt[HOT_OPT_PERIOD] * 1000000u; }
+    return (H.next_window - now) / 1000000 + 1;
+  }
   if (H.window_end != 0) {
     if (now < H.window_end) return (H.window_end - now) / 1000000 + 1;
     close_window();
@@ -628,7 +665,7 @@ static uint64_t measure_fault(bool writes) {
 __attribute__((constructor)) static void start(void) {
   _ca_started();
   if (!H.on) return;
-  H.fault_ns = measure_fault(false);
+  if (H.sampling) H.fault_ns = measure_fault(false);
   H.lane_ns = 20000;                                   /* until learnt */
   client.delay_ms = (uint64_t)opt[HOT_OPT_DELAY];
   H.started = _ca_clock_ns();
@@ -636,7 +673,8 @@ __attribute__((constructor)) static void start(void) {
 }
 
 static void init(void) {
-  H.on = opt[HOT_OPT_ON] != 0 && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !_ca_trap_under_valgrind();
+  H.sampling = opt[HOT_OPT_ON] != 0;
+  H.on = (H.sampling || _ca_locksets_on()) && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !_ca_trap_under_valgrind();
   if (!H.on) return;
   H.heat = _ca_os_map(PAGES);
   H.colour = _ca_os_map(PAGES);
@@ -645,6 +683,7 @@ static void init(void) {
   if (H.heat == NULL || H.colour == NULL || H.first == NULL || H.seen == NULL) { H.on = false; return; }
   H.rng = _ca_process_seed() | 1;
   _ca_access_on_change(on_change);
+  if (_ca_locksets_on()) _ca_lockset_flavour = CA_FLAVOUR_SPREAD;   /* hot.c spreads what they allocate */
 }
 
 /* ---- statistics -------------------------------------------------------------------------------- */
@@ -768,3 +807,11 @@ const ca_layer_t _ca_layer_hot = {
   .init = init, .fork_prepare = fork_prepare, .fork_parent = fork_parent, .fork_child = fork_child,
   .thread_done = thread_done, .stats = stats,
 };
+
+/* a lock set's pages as the last period counted them (locksets.c's statistics) */
+uint32_t _ca_hot_lockset(uint32_t set, const uint32_t** per_colour, uint64_t* moved) {
+  if (set > CA_LOCKSETS_MAX) return 0;
+  *per_colour = H.set_colours[set];
+  *moved = H.set_moved[set];
+  return H.set_pages[set];
+}
