@@ -84,6 +84,12 @@ def suite(build):
     # hot pages: found and spread over the colours, within a move budget of 8 a period
     add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8"})
     add("partition", [exe("partition", "internal")])
+    # lock sets: what a thread allocates under a lock is spread over the colours (preloaded and
+    # linked; a static link keeps glibc's own lock calls); off, nothing is
+    ls = "locksets=1,hot_delay=0,hot_partition=0"
+    add("locksets-preload", [exe("locksets", "plain")], dict(colour, CHROMALLOC_OPTIONS=ls))
+    add("locksets-shared", [exe("locksets", "cshared")], {"CHROMALLOC_OPTIONS": ls})
+    add("locksets-off", [exe("locksets", "plain"), "off"], dict(colour, CHROMALLOC_OPTIONS="locksets=0"))
 
     # live page moves each way: mremap by option, and when seccomp denies userfaultfd
     add("move-mremap", [exe("move", "internal"), "mremap"], {"CHROMALLOC_OPTIONS": "colour_moves=mremap"})

@@ -63,7 +63,8 @@ $(TEST_BIN)/core-alone: tests/unit/core_alone.c $(LEAN_OBJ)
 TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static) \
             $(foreach t,$(TEST_COLOUR),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-cshared $(TEST_BIN)/test_$(t)-cstatic) \
             $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-internal) $(TEST_BIN)/core-alone \
-            $(TEST_BIN)/test_new-plain $(TEST_BIN)/test_new-shared $(TEST_BIN)/test_new-static
+            $(TEST_BIN)/test_new-plain $(TEST_BIN)/test_new-shared $(TEST_BIN)/test_new-static \
+            $(TEST_BIN)/test_locksets-plain $(TEST_BIN)/test_locksets-cshared
 
 .PHONY: test test-build check-machine
 test-build: lib $(TEST_BINS)

@@ -1,0 +1,193 @@
+/* Lock sets (paper 003), under the cache runtime preloaded with locksets=1 on a described
+   machine (its L2 simulated: colours exact, no timing).  A block allocated inside a lock set is
+   lock-set memory, which the runtime tracks hot from the start: chromalloc_heat() says 255 for
+   it and -1 for ordinary memory (hot pages' sampling is off).  So each case below checks, by a
+   malloc, whether the runtime thinks the thread is in a lock set:
+     plain, nested, recursive, trylock (taken and refused), error-checking (a relock and a
+     foreign unlock refused), rwlocks, a condition wait (gives the mutex back and takes it
+     again), an unlock at depth 0, a fork inside a lock set;
+   then the pages of n chunks allocated inside one lock set end up at most ceil(n / colours) to
+   a colour (the worker moves them), and the statistics name the lock set.
+   With the argument "off" (locksets=0): nothing allocated under a lock is lock-set memory. */
+#include "check.h"
+#include <errno.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern int chromalloc_heat(const void*) __attribute__((weak));
+extern int chromalloc_colour_of(const void*) __attribute__((weak));
+extern int chromalloc_colour_count(void) __attribute__((weak));
+
+static bool locked_memory(void) {          /* the next allocation is lock-set memory */
+  void* p = malloc(48);
+  bool in = chromalloc_heat(p) == 255;
+  free(p);
+  return in;
+}
+
+static pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+static void* hold(void* arg) {             /* holds `held` until told */
+  pthread_mutex_lock(&held);
+  __atomic_store_n((int*)arg, 1, __ATOMIC_RELEASE);
+  while (__atomic_load_n((int*)arg, __ATOMIC_ACQUIRE) != 2) usleep(1000);
+  pthread_mutex_unlock(&held);
+  return NULL;
+}
+
+static void depths(void) {
+  pthread_mutex_t a = PTHREAD_MUTEX_INITIALIZER, b = PTHREAD_MUTEX_INITIALIZER;
+  CHECK(!locked_memory());
+  pthread_mutex_lock(&a);
+  CHECK(locked_memory());
+  pthread_mutex_lock(&b);                  /* nested */
+  CHECK(locked_memory());
+  pthread_mutex_unlock(&b);
+  CHECK(locked_memory());
+  pthread_mutex_unlock(&a);
+  CHECK(!locked_memory());
+
+  pthread_mutexattr_t at;                  /* recursive: each lock counts */
+  pthread_mutexattr_init(&at);
+  pthread_mutexattr_settype(&at, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_t r;
+  pthread_mutex_init(&r, &at);
+  pthread_mutex_lock(&r);
+  pthread_mutex_lock(&r);
+  pthread_mutex_unlock(&r);
+  CHECK(locked_memory());
+  pthread_mutex_unlock(&r);
+  CHECK(!locked_memory());
+
+  CHECK_EQ(pthread_mutex_trylock(&a), 0);  /* trylock taken */
+  CHECK(locked_memory());
+  pthread_mutex_unlock(&a);
+  CHECK(!locked_memory());
+  int state = 0;                           /* trylock refused: held by another thread */
+  pthread_t t;
+  pthread_create(&t, NULL, hold, &state);
+  while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 1) usleep(1000);
+  CHECK_EQ(pthread_mutex_trylock(&held), EBUSY);
+  CHECK(!locked_memory());
+  CHECK_EQ(pthread_mutex_unlock(&held), 0);  /* a normal mutex's unlock by another thread: at depth 0, ignored */
+  CHECK(!locked_memory());
+  __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+
+  pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);   /* refusals do not count */
+  pthread_mutex_t e;
+  pthread_mutex_init(&e, &at);
+  pthread_mutex_lock(&e);
+  CHECK_EQ(pthread_mutex_lock(&e), EDEADLK);
+  pthread_mutex_lock(&a);
+  pthread_mutex_unlock(&a);
+  CHECK(locked_memory());
+  CHECK_EQ(pthread_mutex_unlock(&e), 0);
+  CHECK(!locked_memory());                 /* had EDEADLK counted, the depth would be 1 */
+  CHECK_EQ(pthread_mutex_unlock(&e), EPERM);
+  pthread_mutex_lock(&a);                  /* ... and had EPERM, 0 would be -1 or stay 0 here */
+  CHECK(locked_memory());
+  pthread_mutex_unlock(&a);
+  CHECK(!locked_memory());
+
+  pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+  pthread_rwlock_rdlock(&rw);
+  CHECK(locked_memory());
+  pthread_rwlock_unlock(&rw);
+  CHECK(!locked_memory());
+  CHECK_EQ(pthread_rwlock_trywrlock(&rw), 0);
+  CHECK(locked_memory());
+  pthread_rwlock_unlock(&rw);
+  CHECK(!locked_memory());
+
+  pthread_cond_t c = PTHREAD_COND_INITIALIZER;   /* a wait gives the mutex back and retakes it */
+  pthread_mutex_lock(&a);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 2000000;
+  if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+  CHECK_EQ(pthread_cond_timedwait(&c, &a, &ts), ETIMEDOUT);
+  CHECK(locked_memory());
+  pthread_mutex_unlock(&a);
+  CHECK(!locked_memory());
+
+  pthread_mutex_lock(&a);                  /* fork inside a lock set: the child is in it too */
+  pid_t pid = fork();
+  if (pid == 0) {
+    int bad = !locked_memory();
+    pthread_mutex_unlock(&a);
+    bad |= locked_memory() << 1;
+    _exit(bad);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  pthread_mutex_unlock(&a);
+  CHECK(!locked_memory());
+}
+
+/* 64-byte nodes allocated under one lock among cold blocks allocated outside it: their pages
+   end up at most ceil(n / colours) to a colour */
+enum { NODES = 6000 };
+static void *nodes[NODES], *cold[NODES];
+static pthread_mutex_t table = PTHREAD_MUTEX_INITIALIZER;
+__attribute__((noinline)) static void insert(int i) {
+  pthread_mutex_lock(&table);
+  nodes[i] = malloc(64);
+  memset(nodes[i], i, 64);
+  pthread_mutex_unlock(&table);
+}
+static int cmp(const void* a, const void* b) { uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b; return x < y ? -1 : x > y; }
+
+static void spread(void) {
+  for (int i = 0; i < NODES; i++) { insert(i); cold[i] = malloc(64 + (size_t)(i % 7) * 32); }
+  CHECK(chromalloc_heat(nodes[0]) == 255 && chromalloc_heat(cold[0]) == -1);
+  static uintptr_t pages[NODES];
+  size_t n = 0;
+  for (int i = 0; i < NODES; i++) pages[n++] = (uintptr_t)nodes[i] >> 12;
+  qsort(pages, n, sizeof pages[0], cmp);
+  size_t u = 0;
+  for (size_t i = 0; i < n; i++) if (u == 0 || pages[i] != pages[u - 1]) pages[u++] = pages[i];
+  int most = 0, colours = 0, unknown = 0;
+  for (int s = 0; s < 600; s++) {          /* a minute at most; a few hot_periods on the simulated L2 */
+    colours = chromalloc_colour_count();
+    int count[64] = {0};
+    most = unknown = 0;
+    for (size_t i = 0; i < u; i++) {
+      int c = chromalloc_colour_of((void*)(pages[i] << 12));
+      if (c < 0 || c >= 64) { unknown++; continue; }
+      if (++count[c] > most) most = count[c];
+    }
+    if (colours > 0 && unknown == 0 && most <= (int)((u + (size_t)colours - 1) / (size_t)colours)) break;
+    usleep(100000);
+  }
+  fprintf(stderr, "  %zu pages of nodes, %d colours: at most %d on a colour (%d not told)\n", u, colours, most, unknown);
+  CHECK(colours > 0);
+  CHECK_EQ(unknown, 0);
+  CHECK(most <= (int)((u + (size_t)(colours > 0 ? colours : 1) - 1) / (size_t)(colours > 0 ? colours : 1)));
+  for (int i = 0; i < NODES; i++) CHECK_EQ(((unsigned char*)nodes[i])[63], (unsigned char)i);   /* moved whole */
+  static char buf[1 << 18];
+  chromalloc_stats_json(buf, sizeof buf);
+  CHECK(strstr(buf, "\"locksets\":{\"on\":true") != NULL);
+  const char* sets = strstr(buf, "\"locksets\":{");
+  CHECK(sets != NULL && strstr(sets, "test_locksets") != NULL);   /* named by its call site's object */
+  CHECK(stats_value("hot", "moved") > 0);
+  for (int i = 0; i < NODES; i++) { free(nodes[i]); free(cold[i]); }
+}
+
+int main(int argc, char** argv) {
+  require_chromalloc("test_locksets");
+  if (chromalloc_heat == NULL || chromalloc_colour_of == NULL) { fprintf(stderr, "test_locksets: needs the cache runtime\n"); return 2; }
+  if (argc > 1 && strcmp(argv[1], "off") == 0) {
+    pthread_mutex_t a = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&a);
+    CHECK(!locked_memory());
+    pthread_mutex_unlock(&a);
+    CHECK(stats_value("locksets", "untold") == 0);
+    return check_done("test_locksets off");
+  }
+  depths();
+  spread();
+  return check_done("test_locksets");
+}
