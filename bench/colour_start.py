@@ -83,6 +83,20 @@ def calibrate(work):
     return r.returncode == 0
 
 
+def prepare(name, configs, out):
+    """The start of a cache-runtime benchmark (hot.py, locksets.py): its output directory, mimalloc
+    installed (dropped from `configs` when it cannot be), a work directory, and a machine profile
+    and set file calibrated into it when a colour configuration runs.  Returns (out, work)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if "mimalloc" in configs and not harness.ensure_preloads([harness.Allocator("mimalloc", str(harness.LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0")]):
+        configs.remove("mimalloc")
+    work = Path(tempfile.mkdtemp(prefix=name + "-"))
+    if any(c.startswith("colour") for c in configs) and not calibrate(work):
+        say(f"{name}: calibration failed: the colour configurations run without a usable profile")
+    return out, work
+
+
 def launched(program, argv, preload, extra, work, key, stats):
     """one process through build/bench/launch, the environment cleared of chromalloc's and
     `extra` added: (stdout, stderr, launch's report, error, the statistics JSON or {})"""

@@ -32,11 +32,11 @@ half-size set; recall at least 0.8; sampling overhead at most 1% (hot_overhead's
 
 Writes hot.csv (every process), hot.json (summary, targets, command, machine) and hot.png to
 bench/results/ (or --out)."""
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import calibrate, launched, saved, shm_path, l2_geometry, med, fmt
+from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -190,16 +190,10 @@ def main():
             sys.exit(f"hot: unknown configuration {c} ({', '.join(CONFIGS)})")
     if not COLOUR.exists():
         sys.exit("hot: build the libraries first (make)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     build(os.environ.get("CC", "cc"))
-    if "mimalloc" in args.configs and not harness.ensure_preloads([harness.Allocator("mimalloc", str(harness.LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0")]):
-        args.configs.remove("mimalloc")
-    work = Path(tempfile.mkdtemp(prefix="hot-"))
-    table = config_table(work)
     t0 = time.monotonic()
-    if any(c.startswith("colour") for c in args.configs) and not calibrate(work):
-        say("hot: calibration failed: the colour configurations run without a usable profile")
+    out, work = prepare("hot", args.configs, args.out)
+    table = config_table(work)
     if args.pair:
         pair(args, out, work)
         Path(shm_path(work, "colour")).unlink(missing_ok=True)

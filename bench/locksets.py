@@ -41,11 +41,11 @@ most 2% slower; water and pipeline: the ratio, reported.
 
 Writes locksets.csv (every process), locksets.json (summary, targets, command, machine) and
 locksets.png to bench/results/ (or --out)."""
-import argparse, os, sys, tempfile, time
+import argparse, os, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import calibrate, launched, saved, shm_path, l2_geometry, med, fmt
+from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -185,16 +185,10 @@ def main():
         sys.exit("locksets: --reps and --seconds must be at least 1")
     if not COLOUR.exists():
         sys.exit("locksets: build the libraries first (make)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     build(os.environ.get("CC", "cc"))
-    if "mimalloc" in args.configs and not harness.ensure_preloads([harness.Allocator("mimalloc", str(harness.LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0")]):
-        args.configs.remove("mimalloc")
-    work = Path(tempfile.mkdtemp(prefix="locksets-"))
-    table = config_table(work)
     t0 = time.monotonic()
-    if any(c.startswith("colour") for c in args.configs) and not calibrate(work):
-        say("locksets: calibration failed: the colour configurations run without a usable profile")
+    out, work = prepare("locksets", args.configs, args.out)
+    table = config_table(work)
     jobs = [(k, p) for k in args.kernels for p in (args.pcts if KERNELS[k][1] is None else [float(KERNELS[k][1]) or None])]
     rows, k, warned = [], 0, []
     for rep in range(args.reps):
