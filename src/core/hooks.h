@@ -137,8 +137,8 @@ void*  _ca_malloc_flavour(size_t n, uint8_t flavour);   /* from the thread's hea
    realloc and aligned allocations come from its heap of `flavour` (0: its own); its fast paths
    are unchanged (malloc reads _ca_heap_alloc instead of _ca_heap; frees and ownership always go
    by _ca_heap).  _ca_heap_divert returns the heap now in use, which a layer may keep and store
-   back into _ca_heap_alloc itself while _ca_heap is still the one it saw (a lock call's fast
-   path: two thread-local stores). */
+   into _ca_heap_alloc itself (a lock call's fast path: one store) until the thread's heaps go
+   back at its exit (the layer's thread_done), when _ca_heap_alloc = _ca_heap undoes it. */
 struct ca_heap_s;
 extern __thread struct ca_heap_s* _ca_heap __attribute__((tls_model("initial-exec")));
 extern __thread struct ca_heap_s* _ca_heap_alloc __attribute__((tls_model("initial-exec")));

@@ -25,7 +25,6 @@
    an ordinary one): the two policies never place the same chunk. */
 #define _GNU_SOURCE
 #include "locksets.h"
-#include "hot.h"
 #include "../monitor/locks.h"
 #include "../monitor/context.h"
 #include "../color/colour.h"
