@@ -437,12 +437,11 @@ void* _ca_malloc_flavour(size_t n, uint8_t flavour) {
 }
 
 /* The thread's mallocs go to its heap of `flavour` (0: its own again).  A thread with no heap
-   yet, or one whose heap is gone (exiting), is left as it is: its next malloc starts one. */
+   yet (or none left, exiting) starts one, as its first malloc would; out of memory, it is left
+   as it is. */
 ca_heap_t* _ca_heap_divert(uint8_t flavour) {
-  ca_heap_t* h = _ca_heap;
-  if (h == &_ca_heap_empty) return h;
-  ca_heap_t* f = flavour != 0 ? _ca_heap_flavour(flavour) : h;
-  return _ca_heap_alloc = f != NULL ? f : h;
+  ca_heap_t* f = _ca_heap_flavour(flavour);
+  return _ca_heap_alloc = f != NULL ? f : _ca_heap;
 }
 
 /* The calling thread's heap for memory of a flavour (created on first use). */

@@ -136,9 +136,10 @@ void*  _ca_malloc_flavour(size_t n, uint8_t flavour);   /* from the thread's hea
 /* Diverting a thread's allocations.  Until called again, the calling thread's malloc, calloc,
    realloc and aligned allocations come from its heap of `flavour` (0: its own); its fast paths
    are unchanged (malloc reads _ca_heap_alloc instead of _ca_heap; frees and ownership always go
-   by _ca_heap).  _ca_heap_divert returns the heap now in use, which a layer may keep and store
-   into _ca_heap_alloc itself (a lock call's fast path: one store) until the thread's heaps go
-   back at its exit (the layer's thread_done), when _ca_heap_alloc = _ca_heap undoes it. */
+   by _ca_heap); a thread with no heap yet starts one.  _ca_heap_divert returns the heap now in
+   use, which a layer may keep and store into _ca_heap_alloc itself (a lock call's fast path: one
+   store) until the thread's heaps go back at its exit (the layer's thread_done), when
+   _ca_heap_alloc = _ca_heap undoes it. */
 struct ca_heap_s;
 extern __thread struct ca_heap_s* _ca_heap __attribute__((tls_model("initial-exec")));
 extern __thread struct ca_heap_s* _ca_heap_alloc __attribute__((tls_model("initial-exec")));

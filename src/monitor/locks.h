@@ -12,8 +12,8 @@
    Only calls that succeed count (a trylock that finds the lock taken, an error-checking mutex
    refusing a relock or an unlock it does not own); a condition wait gives the mutex back and
    takes it again, so the depth is the same after it.  An unlock at depth 0 (a lock taken before
-   chromalloc was loaded, or by another thread) is ignored.  With lock sets off (flavour 0) each
-   call costs one load and a branch. */
+   chromalloc was loaded, or by another thread) is ignored.  With lock sets off (flavour 0) a
+   wrapper costs two loads and a branch before its tail call (wrap_async.c). */
 #ifndef CA_LOCKS_H
 #define CA_LOCKS_H
 
@@ -32,20 +32,23 @@ typedef struct ca_lockset_thread_s {
 extern __thread ca_lockset_thread_t _ca_lockset __attribute__((tls_model("initial-exec")));
 extern uint8_t _ca_lockset_flavour;           /* 0: lock sets off; set once, at start */
 
-void _ca_lockset_first(uint8_t flavour);       /* a thread's first: its heap of the flavour */
+void _ca_lockset_first(const void* site);        /* a thread's first entry: finds its heap */
+/* Called with lock sets on.  The first entry of a thread goes out of line (its diverted heap is
+   looked up then), so that the wrappers' paths need no frame. */
 static inline void _ca_lockset_enter(const void* site) {
-  uint8_t f = _ca_lockset_flavour;
-  if (__builtin_expect(f == 0, 1)) return;
   ca_lockset_thread_t* t = &_ca_lockset;
-  if (t->depth++ == 0) {
+  if (t->depth == 0) {
+    if (__builtin_expect(t->to == NULL, 0)) { _ca_lockset_first(site); return; }
+    t->depth = 1;
     t->site = site;
-    if (__builtin_expect(t->to != NULL, 1)) _ca_heap_alloc = t->to;
-    else _ca_lockset_first(f);
-  } else if (t->depth > t->deepest) t->deepest = t->depth;
+    _ca_heap_alloc = t->to;
+  } else if (++t->depth > t->deepest) t->deepest = t->depth;
 }
 
+/* the thread's diverted heap is known: entering needs no call */
+static inline bool _ca_lockset_known(void) { return _ca_lockset.to != NULL; }
+
 static inline void _ca_lockset_leave(void) {
-  if (__builtin_expect(_ca_lockset_flavour == 0, 1)) return;
   ca_lockset_thread_t* t = &_ca_lockset;
   if (t->depth > 0 && --t->depth == 0) _ca_heap_alloc = _ca_heap;
 }

@@ -13,36 +13,75 @@ static inline void word(const void* p, size_t n) {
 #define SYNC(name, params, args, ...) \
   ca_interpose int name params { __VA_ARGS__; return NEXT(int (*) params, name) args; }
 /* a lock taken (0, or a robust mutex's EOWNERDEAD) enters a lock set; one let go leaves it
-   (locks.h) */
-#define LOCK(name, params, args, lk) \
-  ca_interpose int name params { word(lk, sizeof *lk); int r = NEXT(int (*) params, name) args; \
-    if (r == 0 || r == EOWNERDEAD) { _ca_lockset_enter(__builtin_return_address(0)); } return r; }
-#define UNLOCK(name, params, args, lk) \
-  ca_interpose int name params { word(lk, sizeof *lk); int r = NEXT(int (*) params, name) args; \
-    if (r == 0) { _ca_lockset_leave(); } return r; }
+   (locks.h).  Every path ends in a tail call, and the common ones have no frame: returning into
+   the wrapper after the lock's atomic, or popping a frame just before it, costs a few ns a
+   lock/unlock pair.  A call that cannot fail (`sure`) is counted before it is made, any other
+   after.  `name##_next` is the next definition, once a first call has looked it up. */
+#define CA_ARGS(...) __VA_ARGS__
+#define LOCKING(name, params, args, lk, sure, taken, count) \
+  static _Atomic(void*) name##_next; \
+  static __attribute__((noinline)) int name##_slow(const void* site, CA_ARGS params) { \
+    (void)site; word(lk, sizeof *lk); \
+    int (*f) params = NEXT(int (*) params, name); \
+    if (atomic_load_explicit(&name##_next, ca_relaxed) == NULL) atomic_store_explicit(&name##_next, (void*)f, ca_relaxed); \
+    if (_ca_lockset_flavour == 0) return f args; \
+    int r = f args; \
+    if (taken) { count; } \
+    return r; } \
+  static __attribute__((noinline)) int name##_counted(const void* site, CA_ARGS params) { \
+    (void)site; void* f = atomic_load_explicit(&name##_next, ca_relaxed); \
+    if (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0 || f == NULL || !(sure)) \
+      return name##_slow(site, CA_ARGS args); \
+    count; \
+    return ((int (*) params)f) args; } \
+  ca_interpose int name params { \
+    void* f = atomic_load_explicit(&name##_next, ca_relaxed); \
+    if (ca_likely(f != NULL) && ca_likely(!watched())) return ((int (*) params)f) args; \
+    return name##_counted(__builtin_return_address(0), CA_ARGS args); }
+#define LOCK(name, params, args, lk, sure) LOCKING(name, params, args, lk, sure, r == 0 || r == EOWNERDEAD, _ca_lockset_enter(site))
+#define UNLOCK(name, params, args, lk, sure) LOCKING(name, params, args, lk, sure, r == 0, _ca_lockset_leave())
+/* a chunk is being sampled, or lock sets are on */
+static inline bool watched(void) {
+  return (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) | _ca_lockset_flavour) != 0;
+}
+/* glibc's default (timed) and adaptive mutexes: lock cannot fail, and unlock does not check the
+   owner (error-checking, recursive, robust, PI and PP mutexes can refuse: those are checked) */
+static inline bool plain(const pthread_mutex_t* m) {
+#ifdef __GLIBC__
+  int k = __atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED) & 0x7f;
+  return k == PTHREAD_MUTEX_TIMED_NP || k == PTHREAD_MUTEX_ADAPTIVE_NP;
+#else
+  (void)m;
+  return false;
+#endif
+}
 __thread ca_lockset_thread_t _ca_lockset __attribute__((tls_model("initial-exec")));
 uint8_t _ca_lockset_flavour;
-/* kept only once the thread has a heap (a thread's first allocation, diverted or not, makes it) */
-void _ca_lockset_first(uint8_t flavour) {
-  _ca_lockset.deepest = 1;
-  struct ca_heap_s* to = _ca_heap_divert(flavour);
-  if (to != _ca_heap) _ca_lockset.to = to;
+/* a thread's first lock set: its heap of the lock sets' flavour, started now if the thread has
+   no heap yet (`to` stays NULL, and the next entry comes here again, only when out of memory) */
+void _ca_lockset_first(const void* site) {
+  ca_lockset_thread_t* t = &_ca_lockset;
+  t->depth = 1;
+  t->site = site;
+  if (t->deepest == 0) t->deepest = 1;
+  struct ca_heap_s* to = _ca_heap_divert(_ca_lockset_flavour);
+  if (to != _ca_heap) t->to = to;
 }
 
-LOCK(pthread_mutex_lock, (pthread_mutex_t* m), (m), m)
-LOCK(pthread_mutex_trylock, (pthread_mutex_t* m), (m), m)
-LOCK(pthread_mutex_timedlock, (pthread_mutex_t* m, const struct timespec* t), (m, t), m)
-LOCK(pthread_mutex_clocklock, (pthread_mutex_t* m, clockid_t k, const struct timespec* t), (m, k, t), m)
-UNLOCK(pthread_mutex_unlock, (pthread_mutex_t* m), (m), m)
-LOCK(pthread_rwlock_rdlock, (pthread_rwlock_t* l), (l), l)
-LOCK(pthread_rwlock_wrlock, (pthread_rwlock_t* l), (l), l)
-LOCK(pthread_rwlock_tryrdlock, (pthread_rwlock_t* l), (l), l)
-LOCK(pthread_rwlock_trywrlock, (pthread_rwlock_t* l), (l), l)
-LOCK(pthread_rwlock_timedrdlock, (pthread_rwlock_t* l, const struct timespec* t), (l, t), l)
-LOCK(pthread_rwlock_timedwrlock, (pthread_rwlock_t* l, const struct timespec* t), (l, t), l)
-LOCK(pthread_rwlock_clockrdlock, (pthread_rwlock_t* l, clockid_t k, const struct timespec* t), (l, k, t), l)
-LOCK(pthread_rwlock_clockwrlock, (pthread_rwlock_t* l, clockid_t k, const struct timespec* t), (l, k, t), l)
-UNLOCK(pthread_rwlock_unlock, (pthread_rwlock_t* l), (l), l)
+LOCK(pthread_mutex_lock, (pthread_mutex_t* m), (m), m, plain(m) && _ca_lockset_known())
+LOCK(pthread_mutex_trylock, (pthread_mutex_t* m), (m), m, false)
+LOCK(pthread_mutex_timedlock, (pthread_mutex_t* m, const struct timespec* t), (m, t), m, false)
+LOCK(pthread_mutex_clocklock, (pthread_mutex_t* m, clockid_t k, const struct timespec* t), (m, k, t), m, false)
+UNLOCK(pthread_mutex_unlock, (pthread_mutex_t* m), (m), m, plain(m))
+LOCK(pthread_rwlock_rdlock, (pthread_rwlock_t* l), (l), l, false)
+LOCK(pthread_rwlock_wrlock, (pthread_rwlock_t* l), (l), l, false)
+LOCK(pthread_rwlock_tryrdlock, (pthread_rwlock_t* l), (l), l, false)
+LOCK(pthread_rwlock_trywrlock, (pthread_rwlock_t* l), (l), l, false)
+LOCK(pthread_rwlock_timedrdlock, (pthread_rwlock_t* l, const struct timespec* t), (l, t), l, false)
+LOCK(pthread_rwlock_timedwrlock, (pthread_rwlock_t* l, const struct timespec* t), (l, t), l, false)
+LOCK(pthread_rwlock_clockrdlock, (pthread_rwlock_t* l, clockid_t k, const struct timespec* t), (l, k, t), l, false)
+LOCK(pthread_rwlock_clockwrlock, (pthread_rwlock_t* l, clockid_t k, const struct timespec* t), (l, k, t), l, false)
+UNLOCK(pthread_rwlock_unlock, (pthread_rwlock_t* l), (l), l, false)
 /* a condition wait lets the mutex go and takes it again: the depth is as before */
 SYNC(pthread_cond_wait, (pthread_cond_t* c, pthread_mutex_t* m), (c, m), word(c, sizeof *c); word(m, sizeof *m))
 SYNC(pthread_cond_timedwait, (pthread_cond_t* c, pthread_mutex_t* m, const struct timespec* t), (c, m, t), word(c, sizeof *c); word(m, sizeof *m))

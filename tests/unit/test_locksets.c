@@ -3,9 +3,10 @@
    lock-set memory, which the runtime tracks hot from the start: chromalloc_heat() says 255 for
    it and -1 for ordinary memory (hot pages' sampling is off).  So each case below checks, by a
    malloc, whether the runtime thinks the thread is in a lock set:
-     plain, nested, recursive, trylock (taken and refused), error-checking (a relock and a
-     foreign unlock refused), rwlocks, a condition wait (gives the mutex back and takes it
-     again), an unlock at depth 0, a fork inside a lock set;
+     plain, nested, recursive, trylock (taken and refused), a new thread's first lock (before
+     it has a heap), adaptive, error-checking (a relock and a foreign unlock refused), rwlocks,
+     a condition wait (gives the mutex back and takes it again), an unlock at depth 0, a fork
+     inside a lock set;
    then the pages of n chunks allocated inside one lock set end up at most ceil(n / colours) to
    a colour (the worker moves them), and the statistics name the lock set.
    With the argument "off" (locksets=0): nothing allocated under a lock is lock-set memory. */
@@ -33,6 +34,18 @@ static void* hold(void* arg) {             /* holds `held` until told */
   __atomic_store_n((int*)arg, 1, __ATOMIC_RELEASE);
   while (__atomic_load_n((int*)arg, __ATOMIC_ACQUIRE) != 2) usleep(1000);
   pthread_mutex_unlock(&held);
+  return NULL;
+}
+
+/* a thread whose first act is a lock: the lock set starts its heap, and its first malloc (inside)
+   is lock-set memory; after many pairs with nothing allocated, the depth is back at 0 */
+static void* fresh(void* arg) {
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&m);
+  *(bool*)arg = locked_memory();
+  pthread_mutex_unlock(&m);
+  for (int i = 0; i < 100000; i++) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); }
+  ((bool*)arg)[1] = !locked_memory();
   return NULL;
 }
 
@@ -74,6 +87,20 @@ static void depths(void) {
   CHECK(!locked_memory());
   __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
   pthread_join(t, NULL);
+
+  bool fresh_in[2] = { false, false };
+  pthread_create(&t, NULL, fresh, fresh_in);
+  pthread_join(t, NULL);
+  CHECK(fresh_in[0]);
+  CHECK(fresh_in[1]);
+
+  pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ADAPTIVE_NP);   /* glibc's spinning mutex */
+  pthread_mutex_t ad;
+  pthread_mutex_init(&ad, &at);
+  pthread_mutex_lock(&ad);
+  CHECK(locked_memory());
+  pthread_mutex_unlock(&ad);
+  CHECK(!locked_memory());
 
   pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);   /* refusals do not count */
   pthread_mutex_t e;
