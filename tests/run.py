@@ -87,8 +87,9 @@ def suite(build):
     # lock sets: what a thread allocates under a lock is spread over the colours (preloaded and
     # linked; a static link keeps glibc's own lock calls); off, nothing is
     ls = "locksets=1,hot_delay=0,hot_partition=0"
-    add("locksets-preload", [exe("locksets", "plain")], dict(colour, CHROMALLOC_OPTIONS=ls))
-    add("locksets-shared", [exe("locksets", "cshared")], {"CHROMALLOC_OPTIONS": ls})
+    add("locksets-preload", [exe("locksets", "plain")], dict(colour, CHROMALLOC_OPTIONS=ls + ",lockset_nest=0"))
+    add("locksets-shared", [exe("locksets", "cshared")], {"CHROMALLOC_OPTIONS": ls + ",lockset_nest=0"})
+    add("locksets-nested", [exe("locksets", "plain"), "nested"], dict(colour, CHROMALLOC_OPTIONS=ls + ",lockset_nest=2,hot_period=20"))
     add("locksets-off", [exe("locksets", "plain"), "off"], dict(colour, CHROMALLOC_OPTIONS="locksets=0"))
 
     # live page moves each way: mremap by option, and when seccomp denies userfaultfd

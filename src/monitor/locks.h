@@ -31,6 +31,8 @@ typedef struct ca_lockset_thread_s {
 
 extern __thread ca_lockset_thread_t _ca_lockset __attribute__((tls_model("initial-exec")));
 extern uint8_t _ca_lockset_flavour;           /* 0: lock sets off; set once, at start */
+extern uint32_t _ca_lockset_nest;             /* depth whose touched pages are checked (0: none) */
+extern _Atomic(bool) _ca_lockset_nested;      /* a thread has been that deep */
 
 void _ca_lockset_first(const void* site);        /* a thread's first entry: finds its heap */
 /* Called with lock sets on.  The first entry of a thread goes out of line (its diverted heap is
@@ -42,7 +44,10 @@ static inline void _ca_lockset_enter(const void* site) {
     t->depth = 1;
     t->site = site;
     _ca_heap_alloc = t->to;
-  } else if (++t->depth > t->deepest) t->deepest = t->depth;
+  } else if (++t->depth > t->deepest) {
+    t->deepest = t->depth;
+    if (t->depth == _ca_lockset_nest) atomic_store_explicit(&_ca_lockset_nested, true, memory_order_relaxed);
+  }
 }
 
 /* the thread's diverted heap is known: entering needs no call */

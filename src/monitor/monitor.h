@@ -88,6 +88,8 @@ bool   _ca_access_covers(uintptr_t a);              /* a lies in an armed range 
 void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer, the program's
                                                            mprotect/munmap/madvise: never armed again */
 void   _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi));   /* ... the client is told here */
+/* each trapped page, told in the faulting thread's signal handler (atomics only) */
+void   _ca_access_on_touch(void (*fn)(uintptr_t page));
 bool   _ca_access_watching(void);                   /* the wrappers must release buffers */
 void   _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released, uint64_t* quiet, uint64_t* written);
 /* quiet: nothing armed while the C library may touch memory with every signal blocked */

@@ -57,6 +57,8 @@ static inline bool plain(const pthread_mutex_t* m) {
 }
 __thread ca_lockset_thread_t _ca_lockset __attribute__((tls_model("initial-exec")));
 uint8_t _ca_lockset_flavour;
+uint32_t _ca_lockset_nest;
+_Atomic(bool) _ca_lockset_nested;
 /* a thread's first lock set: its heap of the lock sets' flavour, started now if the thread has
    no heap yet (`to` stays NULL, and the next entry comes here again, only when out of memory) */
 void _ca_lockset_first(const void* site) {
@@ -64,6 +66,7 @@ void _ca_lockset_first(const void* site) {
   t->depth = 1;
   t->site = site;
   if (t->deepest == 0) t->deepest = 1;
+  if (_ca_lockset_nest == 1) atomic_store_explicit(&_ca_lockset_nested, true, memory_order_relaxed);
   struct ca_heap_s* to = _ca_heap_divert(_ca_lockset_flavour);
   if (to != _ca_heap) t->to = to;
 }

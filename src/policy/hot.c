@@ -96,13 +96,16 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
 /* excluded: never trapped nor moved (blocks of 1 KiB or more, large objects, memory handed to a
    system call): write-protected only, its pages' colours measured and left where they are */
 /* lock-set memory (locksets.c: a span of the spread flavour) is hot from the start, never
-   trapped, and balanced over the colours among itself as well; `set` names its lock set */
+   trapped, and balanced over the colours among itself as well; `set` names its lock set.  An
+   ordinary page trapped by a thread deep in a lock set (locksets.c's nested check) joins that
+   set's pages: nest[page] = set + 1, heat 255 (then it cools as the windows find it untouched) */
 typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded, locked; uint8_t set; } range_t;
 typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; bool writes, untrapped; uint64_t bits[LANE / 64]; } lane_t;
-typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed, locked; uint8_t set; } hot_page_t;
+typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed, locked; uint8_t set; } hot_page_t;   /* locked: a lock set's */
 
 static struct {
   bool       on, sampling;            /* the layer (hot pages or lock sets); sampling windows (hot) */
+  bool       nested;                  /* ... windows also once a lock set is lockset_nest deep */
   ca_lock_t  lock;                   /* ranges and the arena (program threads tell of ranges) */
   range_t    r[RANGES];
   uint32_t   n;
@@ -111,6 +114,7 @@ static struct {
   int8_t*    colour;
   int8_t*    first;                  /* the colour it had when first measured (before any move) */
   uint8_t*   seen;                   /* 1: the page's lane was armed once */
+  uint8_t*   nest;                   /* the lock set + 1 that touched it deep (0: none) */
   size_t     used;                   /* arena entries handed out (compacted when full) */
   lane_t     lane[LANES];            /* the window's */
   uint32_t   nlanes;
@@ -137,6 +141,7 @@ static struct {
   uint64_t   partition;                     /* the colours our hot pages may use (hot_partition) */
   /* each lock set's pages, those of a known colour, and per colour */
   uint32_t   set_pages[CA_LOCKSETS_MAX + 1], set_known[CA_LOCKSETS_MAX + 1], set_colours[CA_LOCKSETS_MAX + 1][CA_COLOURS_MAX];
+  uint32_t   set_over[CA_LOCKSETS_MAX + 1];   /* ... beyond ceil(n / colours) on their colour */
   uint64_t   set_moved[CA_LOCKSETS_MAX + 1];
 } H;
 
@@ -267,6 +272,7 @@ static void compact(void) {
     memmove(H.colour + to, H.colour + r->at, r->pages);
     memmove(H.first + to, H.first + r->at, r->pages);
     memmove(H.seen + to, H.seen + r->at, r->pages);
+    memmove(H.nest + to, H.nest + r->at, r->pages);
     r->at = (uint32_t)to;
     to += r->pages;
   }
@@ -310,6 +316,7 @@ static void add_range(uint8_t* p, size_t bytes, bool locked) {
     memset(H.colour + H.used, UNMEASURED, pages);
     memset(H.first + H.used, UNMEASURED, pages);
     memset(H.seen + H.used, 0, pages);
+    memset(H.nest + H.used, 0, pages);
     H.used += pages;
   } else H.untracked_pages += pages;
   _ca_unlock(&H.lock);
@@ -356,7 +363,7 @@ int _ca_hot_heat_of(const void* p) {
 
 static void on_range(void* p, size_t n, bool added, uint32_t flavour) {
   bool locked = flavour == CA_FLAVOUR_SPREAD;
-  if (!locked && !H.sampling) return;               /* lock sets alone: ordinary memory is not ours */
+  if (!locked && !H.sampling && !H.nested) return;  /* lock sets alone: ordinary memory is not ours */
   /* a fork child, before its handlers are done: the core's hands back its kept objects while
      H.lock is still held by the fork (this thread, in the parent) */
   bool child = atomic_load_explicit(&H.forking, ca_acquire) && getpid() != H.fork_pid;
@@ -496,9 +503,10 @@ static void find_hot(uint32_t k) {
   for (uint32_t i = 0; i < H.n; i++)
     for (uint32_t p = 0; p < H.r[i].pages; p++) {
       uint32_t at = H.r[i].at + p, h = H.heat[at];
+      bool deep = !H.r[i].locked && H.nest[at] != 0;
       if (h >= H.threshold && at_heat[h] < H.nhot)
         H.hot[at_heat[h]++] = (hot_page_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, (uint8_t)h, H.colour[at], H.first[at],
-                                            H.r[i].excluded, H.r[i].locked, H.r[i].set };
+                                            H.r[i].excluded, H.r[i].locked || deep, deep ? H.nest[at] - 1 : H.r[i].set };
     }
 }
 
@@ -523,8 +531,9 @@ static int on_page(hot_page_t* h, uint64_t mask, uint32_t* tries) {
   return c;
 }
 
-/* each lock set's hot pages, and how many of them are of each known colour */
-static void lockset_counts(uint32_t colours) {
+/* each lock set's hot pages, how many of them are of each known colour, and how many are
+   beyond ceil(known / parts) on theirs */
+static void lockset_counts(uint32_t colours, uint32_t parts) {
   memset(H.set_pages, 0, sizeof H.set_pages);
   memset(H.set_known, 0, sizeof H.set_known);
   memset(H.set_colours, 0, sizeof H.set_colours);
@@ -533,6 +542,26 @@ static void lockset_counts(uint32_t colours) {
       H.set_pages[H.hot[i].set]++;
       if (H.hot[i].colour >= 0 && (uint32_t)H.hot[i].colour < colours) { H.set_known[H.hot[i].set]++; H.set_colours[H.hot[i].set][H.hot[i].colour]++; }
     }
+  for (uint32_t s = 0; s <= CA_LOCKSETS_MAX; s++) {
+    uint32_t cap = parts ? (H.set_known[s] + parts - 1) / parts : 0;
+    H.set_over[s] = 0;
+    for (uint32_t c = 0; c < colours; c++) H.set_over[s] += H.set_colours[s][c] > cap ? H.set_colours[s][c] - cap : 0;
+  }
+}
+
+/* pages trapped deep in a lock set (locksets.c) join its pages; a window's worth at most */
+static void nested_touched(void) {
+  uintptr_t page;
+  uint8_t set;
+  _ca_lock(&H.lock);
+  for (uint32_t n = 0; n < LANES * LANE && _ca_lockset_touched(&page, &set); n++) {
+    range_t* r = range_of((const uint8_t*)page);
+    if (r == NULL || r->locked || r->excluded) continue;
+    uint32_t at = r->at + (uint32_t)(((const uint8_t*)page - r->base) / CA_OS_PAGE);
+    H.nest[at] = (uint8_t)(set + 1);
+    H.heat[at] = 255;
+  }
+  _ca_unlock(&H.lock);
 }
 
 static void spread(void) {
@@ -586,14 +615,16 @@ static void spread(void) {
   /* each lock set's pages first (pass 0): evenly among themselves, ceil(n / colours) a colour,
      before the hot set's cap (passes 1 and 2) */
   uint32_t parts = (uint32_t)__builtin_popcountll(part), room_of_set[CA_COLOURS_MAX];
-  lockset_counts(colours);
+  lockset_counts(colours, parts);
   for (uint32_t pass = 0; pass < 3; pass++)
     for (uint32_t i = 0; i < H.nhot && budget > 0; i++) {
       int c = H.hot[i].colour;
       bool known = c >= 0 && (uint32_t)c < colours;
       uint32_t* mine = H.set_colours[H.hot[i].set], mine_cap = parts ? (H.set_known[H.hot[i].set] + parts - 1) / parts : 0;
+      /* passes 1 and 2 are hot pages' (hot=1): with lock sets alone, only their pages move */
       if (H.hot[i].fixed || !(pass == 0 ? H.hot[i].locked && known && mine[c] > mine_cap
                               : pass == 1 ? known && left[c] > cap_of[c] : c == -1)) continue;
+      if (pass > 0 && !H.sampling && !H.hot[i].locked) continue;
       if (pass == 0)
         for (uint32_t k = 0; k < colours; k++) room_of_set[k] = H.no_frames[k] >= 3 || cap_of[k] == 0 ? mine_cap : mine[k];
       uint64_t mask = pass == 0 ? _ca_hot_target(room_of_set, colours, mine_cap, _ca_colour_spares())
@@ -621,7 +652,8 @@ static void spread(void) {
 /* the colour worker's turn: a window opened or closed; ms until the next */
 static uint64_t work(void) {
   uint64_t now = _ca_clock_ns();
-  if (!H.sampling) {                                 /* lock sets alone: their pages are hot as they come */
+  /* lock sets alone: their pages are hot as they come; windows only for the nested check */
+  if (!H.sampling && !(H.nested && atomic_load_explicit(&_ca_lockset_nested, ca_relaxed))) {
     if (now >= H.next_window) { spread(); H.next_window = _ca_clock_ns() + (uint64_t)opt[HOT_OPT_PERIOD] * 1000000u; }
     return (H.next_window - now) / 1000000 + 1;
   }
@@ -629,6 +661,7 @@ static uint64_t work(void) {
     if (now < H.window_end) return (H.window_end - now) / 1000000 + 1;
     close_window();
     H.window_end = 0;
+    if (H.nested) nested_touched();
     spread();
     now = _ca_clock_ns();
   }
@@ -665,7 +698,7 @@ static uint64_t measure_fault(bool writes) {
 __attribute__((constructor)) static void start(void) {
   _ca_started();
   if (!H.on) return;
-  if (H.sampling) H.fault_ns = measure_fault(false);
+  if (H.sampling || H.nested) H.fault_ns = measure_fault(false);
   H.lane_ns = 20000;                                   /* until learnt */
   client.delay_ms = (uint64_t)opt[HOT_OPT_DELAY];
   H.started = _ca_clock_ns();
@@ -680,7 +713,9 @@ static void init(void) {
   H.colour = _ca_os_map(PAGES);
   H.first = _ca_os_map(PAGES);
   H.seen = _ca_os_map(PAGES);
-  if (H.heat == NULL || H.colour == NULL || H.first == NULL || H.seen == NULL) { H.on = false; return; }
+  H.nest = _ca_os_map(PAGES);
+  if (H.heat == NULL || H.colour == NULL || H.first == NULL || H.seen == NULL || H.nest == NULL) { H.on = false; return; }
+  H.nested = _ca_locksets_nest() != 0;
   H.rng = _ca_process_seed() | 1;
   _ca_access_on_change(on_change);
   if (_ca_locksets_on()) _ca_lockset_flavour = CA_FLAVOUR_SPREAD;   /* hot.c spreads what they allocate */
@@ -809,9 +844,10 @@ const ca_layer_t _ca_layer_hot = {
 };
 
 /* a lock set's pages as the last period counted them (locksets.c's statistics) */
-uint32_t _ca_hot_lockset(uint32_t set, const uint32_t** per_colour, uint64_t* moved) {
+uint32_t _ca_hot_lockset(uint32_t set, const uint32_t** per_colour, uint64_t* moved, uint32_t* conflicts) {
   if (set > CA_LOCKSETS_MAX) return 0;
   *per_colour = H.set_colours[set];
   *moved = H.set_moved[set];
+  *conflicts = H.set_over[set];
   return H.set_pages[set];
 }

@@ -9,7 +9,9 @@
      inside a lock set;
    then the pages of n chunks allocated inside one lock set end up at most ceil(n / colours) to
    a colour (the worker moves them), and the statistics name the lock set.
-   With the argument "off" (locksets=0): nothing allocated under a lock is lock-set memory. */
+   With the argument "off" (locksets=0): nothing allocated under a lock is lock-set memory.
+   With "nested" (lockset_nest=2): ordinary memory touched under two locks joins the lock set's
+   pages, and is spread as they are. */
 #include "check.h"
 #include <errno.h>
 #include <pthread.h>
@@ -167,9 +169,9 @@ __attribute__((noinline)) static void insert(int i) {
 }
 static int cmp(const void* a, const void* b) { uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b; return x < y ? -1 : x > y; }
 
-static void spread(void) {
-  for (int i = 0; i < NODES; i++) { insert(i); cold[i] = malloc(64 + (size_t)(i % 7) * 32); }
-  CHECK(chromalloc_heat(nodes[0]) == 255 && chromalloc_heat(cold[0]) == -1);
+/* the distinct pages of nodes[], then up to a minute (a few hot_periods on the simulated L2) for
+   them to end at most ceil(n / colours) to a colour, calling `meanwhile` between looks */
+static void settle(const char* what, void (*meanwhile)(void)) {
   static uintptr_t pages[NODES];
   size_t n = 0;
   for (int i = 0; i < NODES; i++) pages[n++] = (uintptr_t)nodes[i] >> 12;
@@ -177,7 +179,7 @@ static void spread(void) {
   size_t u = 0;
   for (size_t i = 0; i < n; i++) if (u == 0 || pages[i] != pages[u - 1]) pages[u++] = pages[i];
   int most = 0, colours = 0, unknown = 0;
-  for (int s = 0; s < 600; s++) {          /* a minute at most; a few hot_periods on the simulated L2 */
+  for (int s = 0; s < 600; s++) {
     colours = chromalloc_colour_count();
     int count[64] = {0};
     most = unknown = 0;
@@ -187,18 +189,66 @@ static void spread(void) {
       if (++count[c] > most) most = count[c];
     }
     if (colours > 0 && unknown == 0 && most <= (int)((u + (size_t)colours - 1) / (size_t)colours)) break;
-    usleep(100000);
+    if (meanwhile) meanwhile();
+    else usleep(100000);
   }
-  fprintf(stderr, "  %zu pages of nodes, %d colours: at most %d on a colour (%d not told)\n", u, colours, most, unknown);
+  fprintf(stderr, "  %zu pages of %s, %d colours: at most %d on a colour (%d not told)\n", u, what, colours, most, unknown);
   CHECK(colours > 0);
   CHECK_EQ(unknown, 0);
   CHECK(most <= (int)((u + (size_t)(colours > 0 ? colours : 1) - 1) / (size_t)(colours > 0 ? colours : 1)));
+}
+
+static void spread(void) {
+  for (int i = 0; i < NODES; i++) { insert(i); cold[i] = malloc(64 + (size_t)(i % 7) * 32); }
+  CHECK(chromalloc_heat(nodes[0]) == 255 && chromalloc_heat(cold[0]) == -1);
+  settle("nodes", NULL);
   for (int i = 0; i < NODES; i++) CHECK_EQ(((unsigned char*)nodes[i])[63], (unsigned char)i);   /* moved whole */
   static char buf[1 << 18];
   chromalloc_stats_json(buf, sizeof buf);
   CHECK(strstr(buf, "\"locksets\":{\"on\":true") != NULL);
   const char* sets = strstr(buf, "\"locksets\":{");
   CHECK(sets != NULL && strstr(sets, "test_locksets") != NULL);   /* named by its call site's object */
+  CHECK(stats_value("hot", "moved") > 0);
+  for (int i = 0; i < NODES; i++) { free(nodes[i]); free(cold[i]); }
+}
+
+/* lockset_nest=2: nodes allocated outside any lock set, then touched under two locks.  The
+   nested check's traps see them touched that deep; their pages join the lock set's and end at
+   most ceil(n / colours) to a colour, contents intact.  At depth 1 nothing is noted. */
+static pthread_mutex_t outer = PTHREAD_MUTEX_INITIALIZER, inner = PTHREAD_MUTEX_INITIALIZER;
+static void touch_all(void) { for (int i = 0; i < NODES; i++) ((volatile unsigned char*)nodes[i])[0]++; }
+__attribute__((noinline)) static void touch_under(int depth) {
+  pthread_mutex_lock(&outer);
+  if (depth > 1) pthread_mutex_lock(&inner);
+  touch_all();
+  if (depth > 1) pthread_mutex_unlock(&inner);
+  pthread_mutex_unlock(&outer);
+}
+static void deep_for_100ms(void) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do { touch_under(2); clock_gettime(CLOCK_MONOTONIC, &t); } while ((t.tv_sec - t0.tv_sec) * 1000000000L + t.tv_nsec - t0.tv_nsec < 100000000L);
+}
+static void nested(void) {
+  for (int i = 0; i < NODES; i++) {
+    nodes[i] = malloc(64);
+    memset(nodes[i], i, 64);
+    cold[i] = malloc(64 + (size_t)(i % 7) * 32);
+  }
+  CHECK(chromalloc_heat(nodes[0]) != 255);   /* ordinary memory */
+  for (int k = 0; k < 20; k++) { touch_under(1); usleep(10000); }
+  CHECK_EQ(stats_value("locksets", "nested_seen"), 0);   /* one lock held: no window opened for it */
+  CHECK_EQ(stats_value("locksets", "touched_lost"), 0);
+  settle("nodes touched under two locks", deep_for_100ms);
+  for (int i = 0; i < NODES; i++) CHECK_EQ(((unsigned char*)nodes[i])[63], (unsigned char)i);
+  CHECK_EQ(stats_value("locksets", "nested_seen"), 1);
+  static char buf[1 << 18];
+  chromalloc_stats_json(buf, sizeof buf);
+  const char* deep = strstr(buf, "\"touched_deep\":");
+  long long touched = 0;
+  for (; deep != NULL; deep = strstr(deep + 1, "\"touched_deep\":")) touched += atoll(deep + 15);
+  fprintf(stderr, "  pages noted touched at depth 2: %lld\n", touched);
+  CHECK(touched > 0);
   CHECK(stats_value("hot", "moved") > 0);
   for (int i = 0; i < NODES; i++) { free(nodes[i]); free(cold[i]); }
 }
@@ -213,6 +263,10 @@ int main(int argc, char** argv) {
     pthread_mutex_unlock(&a);
     CHECK(stats_value("locksets", "untold") == 0);
     return check_done("test_locksets off");
+  }
+  if (argc > 1 && strcmp(argv[1], "nested") == 0) {
+    nested();
+    return check_done("test_locksets nested");
   }
   depths();
   spread();
