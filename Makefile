@@ -125,9 +125,10 @@ bench-hot: lib
 	python3 bench/run.py suite --reps 5 --allocators colour,colour-hot --out bench/results/hot-suite \
 	  --also colour=$(CSO):hot=0 --also colour-hot=$(CSO):hot=1
 
-# Lock sets: five two-thread kernels (a hash table with per-bucket locks at 60, 85 and 100% of the
-# L2, water, ocean, a dedup-like pipeline, a lock loop) under glibc, mimalloc and the cache runtime
-# with lock sets off and on, 7 repetitions of 10 s (about 35 minutes): bench/locksets.py.
+# Lock sets: six two-thread kernels (a hash table with per-bucket locks at 60, 85 and 100% of the
+# L2, the same under two nested locks, water, ocean, a dedup-like pipeline, a lock loop) under
+# glibc, mimalloc and the cache runtime with lock sets off and on, 7 repetitions of 10 s (about
+# 38 minutes): bench/locksets.py.
 .PHONY: bench-locksets
 bench-locksets: lib
 	python3 bench/locksets.py
