@@ -13,7 +13,7 @@
    refusing a relock or an unlock it does not own); a condition wait gives the mutex back and
    takes it again, so the depth is the same after it.  An unlock at depth 0 (a lock taken before
    chromalloc was loaded, or by another thread) is ignored.  With lock sets off (flavour 0) a
-   wrapper costs two loads and a branch before its tail call (wrap_async.c). */
+   wrapper costs three loads and branches before its tail call (wrap_async.c). */
 #ifndef CA_LOCKS_H
 #define CA_LOCKS_H
 

@@ -15,8 +15,9 @@ static inline void word(const void* p, size_t n) {
 /* a lock taken (0, or a robust mutex's EOWNERDEAD) enters a lock set; one let go leaves it
    (locks.h).  Every path ends in a tail call, and the common ones have no frame: returning into
    the wrapper after the lock's atomic, or popping a frame just before it, costs a few ns a
-   lock/unlock pair.  A call that cannot fail (`sure`) is counted before it is made, any other
-   after.  `name##_next` is the next definition, once a first call has looked it up. */
+   lock/unlock pair.  A call that cannot fail (`sure`) is counted in the wrapper before it is
+   made; any other goes to name##_slow and is counted after.  `name##_next` is the next
+   definition, once a first call has looked it up. */
 #define CA_ARGS(...) __VA_ARGS__
 #define LOCKING(name, params, args, lk, sure, taken, count) \
   static _Atomic(void*) name##_next; \
@@ -28,22 +29,15 @@ static inline void word(const void* p, size_t n) {
     int r = f args; \
     if (taken) { count; } \
     return r; } \
-  static __attribute__((noinline)) int name##_counted(const void* site, CA_ARGS params) { \
-    (void)site; void* f = atomic_load_explicit(&name##_next, ca_relaxed); \
-    if (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) != 0 || f == NULL || !(sure)) \
-      return name##_slow(site, CA_ARGS args); \
-    count; \
-    return ((int (*) params)f) args; } \
   ca_interpose int name params { \
     void* f = atomic_load_explicit(&name##_next, ca_relaxed); \
-    if (ca_likely(f != NULL) && ca_likely(!watched())) return ((int (*) params)f) args; \
-    return name##_counted(__builtin_return_address(0), CA_ARGS args); }
+    if (ca_likely(f != NULL) && ca_likely(atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) == 0)) { \
+      if (ca_likely(_ca_lockset_flavour == 0)) return ((int (*) params)f) args; \
+      if (sure) { const void* site = __builtin_return_address(0); (void)site; count; return ((int (*) params)f) args; } \
+    } \
+    return name##_slow(__builtin_return_address(0), CA_ARGS args); }
 #define LOCK(name, params, args, lk, sure) LOCKING(name, params, args, lk, sure, r == 0 || r == EOWNERDEAD, _ca_lockset_enter(site))
 #define UNLOCK(name, params, args, lk, sure) LOCKING(name, params, args, lk, sure, r == 0, _ca_lockset_leave())
-/* a chunk is being sampled, or lock sets are on */
-static inline bool watched(void) {
-  return (atomic_load_explicit(&_ca_sampled_chunks, ca_relaxed) | _ca_lockset_flavour) != 0;
-}
 /* glibc's default (timed) and adaptive mutexes: lock cannot fail, and unlock does not check the
    owner (error-checking, recursive, robust, PI and PP mutexes can refuse: those are checked) */
 static inline bool plain(const pthread_mutex_t* m) {
