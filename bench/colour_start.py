@@ -166,6 +166,15 @@ def l2_geometry():
     return None
 
 
+def listed(tool, what, text, allowed):
+    """the comma-separated choices of an option, each one of `allowed` (else a one-line error)"""
+    given = text.split(",")
+    for g in given:
+        if g not in allowed:
+            sys.exit(f"{tool}: unknown {what} {g} ({', '.join(allowed)})")
+    return given
+
+
 def med(rows, k):
     xs = [r[k] for r in rows if r.get(k) is not None]
     return (statistics.median(xs), min(xs), max(xs)) if xs else (None, None, None)
@@ -233,14 +242,8 @@ def main():
     ap.add_argument("--out", default=str(harness.RESULTS))
     args = ap.parse_args()
     args.seconds = [float(s) for s in args.seconds.split(",")]
-    args.variants = args.variants.split(",")
-    args.configs = args.configs.split(",")
-    for v in args.variants:
-        if v not in VARIANTS:
-            sys.exit(f"colour_start: unknown variant {v} (plain, streamer, busy)")
-    for c in args.configs:
-        if c not in CONFIGS:
-            sys.exit(f"colour_start: unknown configuration {c} ({', '.join(CONFIGS)})")
+    args.variants = listed("colour_start", "variant", args.variants, VARIANTS)
+    args.configs = listed("colour_start", "configuration", args.configs, CONFIGS)
     if not LEAN.exists() or not COLOUR.exists():
         sys.exit("colour_start: build the libraries first (make)")
     out = Path(args.out)

@@ -36,7 +36,7 @@ import argparse, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt
+from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -184,10 +184,7 @@ def main():
     ap.add_argument("--pair", action="store_true", help="two processes on one CPU instead (partitions)")
     args = ap.parse_args()
     args.pcts = [float(p) for p in args.pcts.split(",")]
-    args.configs = args.configs.split(",")
-    for c in args.configs:
-        if c not in CONFIGS:
-            sys.exit(f"hot: unknown configuration {c} ({', '.join(CONFIGS)})")
+    args.configs = listed("hot", "configuration", args.configs, CONFIGS)
     if not COLOUR.exists():
         sys.exit("hot: build the libraries first (make)")
     build(os.environ.get("CC", "cc"))

@@ -48,7 +48,7 @@ import argparse, os, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt
+from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -186,14 +186,8 @@ def main():
         if getattr(args, k) is None:
             setattr(args, k, v)
     args.pcts = [float(p) for p in args.pcts.split(",")]
-    args.configs = args.configs.split(",")
-    args.kernels = args.kernels.split(",")
-    for c in args.configs:
-        if c not in CONFIGS:
-            sys.exit(f"locksets: unknown configuration {c} ({', '.join(CONFIGS)})")
-    for k in args.kernels:
-        if k not in KERNELS:
-            sys.exit(f"locksets: unknown kernel {k} ({', '.join(KERNELS)})")
+    args.configs = listed("locksets", "configuration", args.configs, CONFIGS)
+    args.kernels = listed("locksets", "kernel", args.kernels, KERNELS)
     if args.reps < 1 or args.seconds < 1:
         sys.exit("locksets: --reps and --seconds must be at least 1")
     if not COLOUR.exists():
