@@ -531,8 +531,11 @@ static int on_page(hot_page_t* h, uint64_t mask, uint32_t* tries) {
   return c;
 }
 
+/* a lock set's share of each of our `parts` colours: ceil(its pages of a known colour / parts) */
+static uint32_t set_cap(uint32_t set, uint32_t parts) { return parts ? (H.set_known[set] + parts - 1) / parts : 0; }
+
 /* each lock set's hot pages, how many of them are of each known colour, and how many are
-   beyond ceil(known / parts) on theirs */
+   beyond set_cap on theirs */
 static void lockset_counts(uint32_t colours, uint32_t parts) {
   memset(H.set_pages, 0, sizeof H.set_pages);
   memset(H.set_known, 0, sizeof H.set_known);
@@ -543,25 +546,31 @@ static void lockset_counts(uint32_t colours, uint32_t parts) {
       if (H.hot[i].colour >= 0 && (uint32_t)H.hot[i].colour < colours) { H.set_known[H.hot[i].set]++; H.set_colours[H.hot[i].set][H.hot[i].colour]++; }
     }
   for (uint32_t s = 0; s <= CA_LOCKSETS_MAX; s++) {
-    uint32_t cap = parts ? (H.set_known[s] + parts - 1) / parts : 0;
+    uint32_t cap = set_cap(s, parts);
     H.set_over[s] = 0;
     for (uint32_t c = 0; c < colours; c++) H.set_over[s] += H.set_colours[s][c] > cap ? H.set_colours[s][c] - cap : 0;
   }
 }
 
-/* pages trapped deep in a lock set (locksets.c) join its pages; a window's worth at most */
+/* pages trapped deep in a lock set (locksets.c) join its pages.  Read from the ring before
+   H.lock is taken: naming a lock set takes locksets.c's lock, which fork's handlers take
+   before H.lock. */
 static void nested_touched(void) {
-  uintptr_t page;
-  uint8_t set;
-  _ca_lock(&H.lock);
-  for (uint32_t n = 0; n < LANES * LANE && _ca_lockset_touched(&page, &set); n++) {
-    range_t* r = range_of((const uint8_t*)page);
-    if (r == NULL || r->locked || r->excluded) continue;
-    uint32_t at = r->at + (uint32_t)(((const uint8_t*)page - r->base) / CA_OS_PAGE);
-    H.nest[at] = (uint8_t)(set + 1);
-    H.heat[at] = 255;
+  enum { BATCH = 256 };
+  uintptr_t page[BATCH];
+  uint8_t set[BATCH];
+  for (uint32_t n = BATCH; n == BATCH; ) {
+    for (n = 0; n < BATCH && _ca_lockset_touched(&page[n], &set[n]); n++) {}
+    _ca_lock(&H.lock);
+    for (uint32_t i = 0; i < n; i++) {
+      range_t* r = range_of((const uint8_t*)page[i]);
+      if (r == NULL || r->locked || r->excluded) continue;
+      uint32_t at = r->at + (uint32_t)(((const uint8_t*)page[i] - r->base) / CA_OS_PAGE);
+      H.nest[at] = (uint8_t)(set[i] + 1);
+      H.heat[at] = 255;
+    }
+    _ca_unlock(&H.lock);
   }
-  _ca_unlock(&H.lock);
 }
 
 static void spread(void) {
@@ -620,7 +629,7 @@ static void spread(void) {
     for (uint32_t i = 0; i < H.nhot && budget > 0; i++) {
       int c = H.hot[i].colour;
       bool known = c >= 0 && (uint32_t)c < colours;
-      uint32_t* mine = H.set_colours[H.hot[i].set], mine_cap = parts ? (H.set_known[H.hot[i].set] + parts - 1) / parts : 0;
+      uint32_t* mine = H.set_colours[H.hot[i].set], mine_cap = set_cap(H.hot[i].set, parts);
       /* passes 1 and 2 are hot pages' (hot=1): with lock sets alone, only their pages move */
       if (H.hot[i].fixed || !(pass == 0 ? H.hot[i].locked && known && mine[c] > mine_cap
                               : pass == 1 ? known && left[c] > cap_of[c] : c == -1)) continue;

@@ -229,6 +229,10 @@ static void deep_for_100ms(void) {
   clock_gettime(CLOCK_MONOTONIC, &t0);
   do { touch_under(2); clock_gettime(CLOCK_MONOTONIC, &t); } while ((t.tv_sec - t0.tv_sec) * 1000000000L + t.tv_nsec - t0.tv_nsec < 100000000L);
 }
+static void* deep_until(void* stop) {
+  while (!__atomic_load_n((int*)stop, __ATOMIC_ACQUIRE)) touch_under(2);
+  return NULL;
+}
 static void nested(void) {
   for (int i = 0; i < NODES; i++) {
     nodes[i] = malloc(64);
@@ -250,6 +254,21 @@ static void nested(void) {
   fprintf(stderr, "  pages noted touched at depth 2: %lld\n", touched);
   CHECK(touched > 0);
   CHECK(stats_value("hot", "moved") > 0);
+  /* forks while the check runs: fork's handlers take the lock sets' lock, then hot pages'; the
+     worker must never hold them the other way round */
+  pthread_t t;
+  int stop = 0, forked = 0;
+  pthread_create(&t, NULL, deep_until, &stop);
+  for (int i = 0; i < 100; i++) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    int st = 0;
+    forked += pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    usleep(5000);
+  }
+  __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  CHECK_EQ(forked, 100);
   for (int i = 0; i < NODES; i++) { free(nodes[i]); free(cold[i]); }
 }
 
