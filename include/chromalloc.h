@@ -108,6 +108,12 @@ int chromalloc_calibrate(const char* profile, int flags, char* summary, size_t l
 int chromalloc_heat(const void* p);
 int chromalloc_hot_threshold(void);
 
+/* ROCS (option rocs=1, docs/rocs.md): tell the runtime the program did `units` of its own work
+   (iterations, requests...).  Its search for the pollute buffer's size then scores each
+   configuration by units per CPU second instead of by its timed reloads.  Cheap (one atomic add);
+   a no-op with ROCS off. */
+void chromalloc_progress(unsigned long units);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
    allocation, recolouring, calibration for the `chromalloc calibrate` tool, and hot pages. */
 #include "../color/colour.h"
 #include "../policy/hot.h"
+#include "../policy/rocs.h"
 #include "../../include/chromalloc.h"
 
 #define ca_export __attribute__((visibility("default")))
@@ -53,3 +54,5 @@ ca_export int chromalloc_calibrate(const char* profile, int flags, char* summary
 ca_export int chromalloc_heat(const void* p) { return _ca_hot_heat_of(p); }
 
 ca_export int chromalloc_hot_threshold(void) { return _ca_hot_threshold_now(); }
+
+ca_export void chromalloc_progress(unsigned long units) { _ca_rocs_progress(units); }

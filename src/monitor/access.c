@@ -53,7 +53,7 @@ static struct {
   slot_t           slot[SLOTS];
   _Atomic(int)     armed;            /* slots in use by traps */
   void           (*changed)(uintptr_t lo, uintptr_t hi);   /* the client: never arm these again */
-  void           (*touched)(uintptr_t page);              /* ... and which thread touched what */
+  void           (*touched[2])(uintptr_t addr);           /* ... and which thread touched what */
   bool             trap_ok;
   uint32_t         gen[SLOTS];       /* arms of the slot: an id is slot + SLOTS x gen */
   uint32_t         cut[SLOTS];       /* ... the last one opened early by quiet */
@@ -94,8 +94,8 @@ static bool on_fault(void* addr, int sig) {
   if (b == 0 || a < b || a >= s->end) return true;             /* disarmed meanwhile: retry */
   size_t i = (a - b) / CA_OS_PAGE;
   atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed);
-  if (A.touched != NULL) A.touched(a & ~(uintptr_t)(CA_OS_PAGE - 1));
   prot(a & ~(uintptr_t)(CA_OS_PAGE - 1), CA_OS_PAGE, PROT_READ | PROT_WRITE);
+  for (int k = 0; k < 2; k++) if (A.touched[k] != NULL) A.touched[k](a);   /* open: a reload may time it */
   atomic_fetch_add_explicit(&A.faults, 1, ca_relaxed);
   atomic_fetch_add_explicit(&A.fault_ns, _ca_clock_ns() - t0, ca_relaxed);
   return true;
@@ -260,7 +260,7 @@ void _ca_access_release(const void* p, size_t len) {
 }
 
 void _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi)) { A.changed = fn; }
-void _ca_access_on_touch(void (*fn)(uintptr_t page)) { A.touched = fn; }
+void _ca_access_on_touch(void (*fn)(uintptr_t addr)) { A.touched[A.touched[0] != NULL && A.touched[0] != fn] = fn; }
 
 /* the wrappers must look at every call's buffers: ranges are armed, or a client may arm them */
 bool _ca_access_watching(void) { return A.changed != NULL || _ca_access_armed(); }

@@ -60,6 +60,11 @@ void   _ca_async_io_begins(void);                   /* syscalls.c: it happens (s
 bool   _ca_monitor_async_maps(const char* text, size_t n);   /* an io_uring or aio mapping in it (pure) */
 uint64_t _ca_monitor_cost_ns(void);                 /* time spent protecting pages and in faults */
 uint64_t _ca_monitor_page_cost_ns(void);            /* of that, per sampled page (average) */
+/* A timed reload of a page about to be touched (8 dependent loads over its lines from `line`;
+   async-signal-safe): 2 the L2 holds them, 3 a level beyond it, 4 memory, 0 the thresholds are
+   not measured (_ca_monitor_measure: once, on one CPU, about a millisecond). */
+int    _ca_monitor_reload(const void* page, unsigned line, uint32_t* ticks);
+void   _ca_monitor_measure(void);
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */
 uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk of `pages` */
 /* The pair rule: the chunk's other sampled pages referenced between the pair's two references
@@ -88,8 +93,9 @@ bool   _ca_access_covers(uintptr_t a);              /* a lies in an armed range 
 void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer, the program's
                                                            mprotect/munmap/madvise: never armed again */
 void   _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi));   /* ... the client is told here */
-/* each trapped page, told in the faulting thread's signal handler (atomics only) */
-void   _ca_access_on_touch(void (*fn)(uintptr_t page));
+/* each trap, told in the faulting thread's signal handler once the page is open again (atomics
+   only): the faulting address.  Two clients at most (lock sets' nested check, ROCS). */
+void   _ca_access_on_touch(void (*fn)(uintptr_t addr));
 bool   _ca_access_watching(void);                   /* the wrappers must release buffers */
 void   _ca_access_stats(uint64_t* faults, uint64_t* fault_ns, uint64_t* released, uint64_t* quiet, uint64_t* written);
 /* quiet: nothing armed while the C library may touch memory with every signal blocked */

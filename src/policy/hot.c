@@ -45,6 +45,7 @@
 #define _GNU_SOURCE
 #include "hot.h"
 #include "locksets.h"
+#include "rocs.h"
 #include "../monitor/monitor.h"
 #include "../monitor/locks.h"
 #include "../monitor/trap.h"
@@ -99,13 +100,15 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
    trapped, and balanced over the colours among itself as well; `set` names its lock set.  An
    ordinary page trapped by a thread deep in a lock set (locksets.c's nested check) joins that
    set's pages: nest[page] = set + 1, heat 255 (then it cools as the windows find it untouched) */
-typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded, locked; uint8_t set; } range_t;
+/* profiled: a large object ROCS profiles (rocs.c): trapped and moved, though excluded from spreading */
+typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded, locked, profiled; uint8_t set; } range_t;
 typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; bool writes, untrapped; uint64_t bits[LANE / 64]; } lane_t;
 typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed, locked; uint8_t set; } hot_page_t;   /* locked: a lock set's */
 
 static struct {
   bool       on, sampling;            /* the layer (hot pages or lock sets); sampling windows (hot) */
   bool       nested;                  /* ... windows also once a lock set is lockset_nest deep */
+  bool       rocs;                    /* ... and for ROCS's profiles (rocs.c) */
   ca_lock_t  lock;                   /* ranges and the arena (program threads tell of ranges) */
   range_t    r[RANGES];
   uint32_t   n;
@@ -115,6 +118,8 @@ static struct {
   int8_t*    first;                  /* the colour it had when first measured (before any move) */
   uint8_t*   seen;                   /* 1: the page's lane was armed once */
   uint8_t*   nest;                   /* the lock set + 1 that touched it deep (0: none) */
+  ca_rocs_page_t* prof;              /* ROCS's profile of the page (rocs.h) */
+  uint16_t   order[RANGES];           /* ROCS's notes: the ranges by base */
   size_t     used;                   /* arena entries handed out (compacted when full) */
   lane_t     lane[LANES];            /* the window's */
   uint32_t   nlanes;
@@ -273,6 +278,7 @@ static void compact(void) {
     memmove(H.first + to, H.first + r->at, r->pages);
     memmove(H.seen + to, H.seen + r->at, r->pages);
     memmove(H.nest + to, H.nest + r->at, r->pages);
+    if (H.prof != NULL) memmove(H.prof + to, H.prof + r->at, r->pages * sizeof *H.prof);
     r->at = (uint32_t)to;
     to += r->pages;
   }
@@ -300,7 +306,8 @@ static void compact(void) {
 static void add_range(uint8_t* p, size_t bytes, bool locked) {
   uint32_t block = _ca_block_size_of(p);
   bool traps = block != 0 && block < BLOCK_MAX;
-  if (locked ? bytes / CA_OS_PAGE > BIG_MAX : !traps && (opt[HOT_OPT_TRAPS] == TRAPS_READS || bytes / CA_OS_PAGE > BIG_MAX)) return;
+  bool profiled = H.rocs && !locked && block == 0 && bytes / CA_OS_PAGE >= _ca_rocs_min_pages() && bytes / CA_OS_PAGE <= 4 * BIG_MAX;
+  if (!profiled && (locked ? bytes / CA_OS_PAGE > BIG_MAX : !traps && (opt[HOT_OPT_TRAPS] == TRAPS_READS || bytes / CA_OS_PAGE > BIG_MAX))) return;
   uint8_t set = locked ? _ca_lockset_current() : 0;
   uint8_t* lo = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
   uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
@@ -311,12 +318,13 @@ static void add_range(uint8_t* p, size_t bytes, bool locked) {
   if (H.used + pages > PAGES) compact();
   if (H.n < RANGES && H.used + pages <= PAGES) {
     index_put(lo, H.n);
-    H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, !traps && !locked, locked, set };
+    H.r[H.n++] = (range_t){ lo, (uint32_t)pages, (uint32_t)H.used, !traps && !locked, locked, profiled, set };
     memset(H.heat + H.used, locked ? 255 : 0, pages);
     memset(H.colour + H.used, UNMEASURED, pages);
     memset(H.first + H.used, UNMEASURED, pages);
     memset(H.seen + H.used, 0, pages);
     memset(H.nest + H.used, 0, pages);
+    if (H.prof != NULL) memset(H.prof + H.used, 0, pages * sizeof *H.prof);
     H.used += pages;
   } else H.untracked_pages += pages;
   _ca_unlock(&H.lock);
@@ -363,7 +371,7 @@ int _ca_hot_heat_of(const void* p) {
 
 static void on_range(void* p, size_t n, bool added, uint32_t flavour) {
   bool locked = flavour == CA_FLAVOUR_SPREAD;
-  if (!locked && !H.sampling && !H.nested) return;  /* lock sets alone: ordinary memory is not ours */
+  if (!locked && !H.sampling && !H.nested && !H.rocs) return;  /* lock sets alone: ordinary memory is not ours */
   /* a fork child, before its handlers are done: the core's hands back its kept objects while
      H.lock is still held by the fork (this thread, in the parent) */
   bool child = atomic_load_explicit(&H.forking, ca_acquire) && getpid() != H.fork_pid;
@@ -388,12 +396,16 @@ static void on_change(uintptr_t lo, uintptr_t hi) {
     for (int k = 0; k < 2; k++) {
       uint8_t* base = (uint8_t*)(((uintptr_t)(k ? b : a) + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
       size_t h = (k ? b : a) != NULL ? index_find(base) : SIZE_MAX;
-      if (h != SIZE_MAX && !H.r[H.index[h] - 1].excluded) { H.r[H.index[h] - 1].excluded = true; H.excluded++; }
+      if (h != SIZE_MAX && (!H.r[H.index[h] - 1].excluded || H.r[H.index[h] - 1].profiled)) {
+        H.r[H.index[h] - 1].excluded = true;
+        H.r[H.index[h] - 1].profiled = false;
+        H.excluded++;
+      }
     }
   } else
     for (uint32_t i = 0; i < H.n; i++) {
       uintptr_t rb = (uintptr_t)H.r[i].base, re = rb + (size_t)H.r[i].pages * CA_OS_PAGE;
-      if (lo < re && rb < hi && !H.r[i].excluded) { H.r[i].excluded = true; H.excluded++; }
+      if (lo < re && rb < hi && (!H.r[i].excluded || H.r[i].profiled)) { H.r[i].excluded = true; H.r[i].profiled = false; H.excluded++; }
     }
   _ca_unlock(&H.lock);
   /* a move under way there ends first: the kernel would meet the page unmapped (EFAULT) */
@@ -435,12 +447,12 @@ static void open_window(uint64_t now) {
     if ((r->excluded && !writes) || r->locked || H.cur_page >= r->pages) { H.cur_range++; H.cur_page = 0; visited++; continue; }
     uint32_t pages = r->pages - H.cur_page < LANE ? r->pages - H.cur_page : LANE;
     uint32_t at = r->at + H.cur_page;
-    bool trap = reads && !r->excluded;
+    bool trap = reads && (!r->excluded || r->profiled);
     uint64_t rcost = trap ? lane_cost(at, pages, false) : UINT64_MAX, wcost = writes ? lane_cost(at, pages, true) : UINT64_MAX;
     bool first = H.nlanes == 0;
     if (!first && spent + (rcost < wcost ? rcost : wcost) > budget) break;
     lane_t* l = &H.lane[H.nlanes];
-    *l = (lane_t){ r->base + (size_t)H.cur_page * CA_OS_PAGE, pages, at, -1, false, r->excluded, {0} };
+    *l = (lane_t){ r->base + (size_t)H.cur_page * CA_OS_PAGE, pages, at, -1, false, r->excluded && !r->profiled, {0} };
     if (trap && (first || spent + rcost <= budget)) {
       l->slot = _ca_access_arm(l->base, pages, l->bits, false);
       if (l->slot >= 0) spent += rcost;
@@ -661,8 +673,9 @@ static void spread(void) {
 /* the colour worker's turn: a window opened or closed; ms until the next */
 static uint64_t work(void) {
   uint64_t now = _ca_clock_ns();
+  if (H.rocs) _ca_monitor_measure();                 /* the reload's thresholds, once */
   /* lock sets alone: their pages are hot as they come; windows only for the nested check */
-  if (!H.sampling && !(H.nested && atomic_load_explicit(&_ca_lockset_nested, ca_relaxed))) {
+  if (!H.sampling && !H.rocs && !(H.nested && atomic_load_explicit(&_ca_lockset_nested, ca_relaxed))) {
     if (now >= H.next_window) { spread(); H.next_window = _ca_clock_ns() + (uint64_t)opt[HOT_OPT_PERIOD] * 1000000u; }
     return (H.next_window - now) / 1000000 + 1;
   }
@@ -671,7 +684,8 @@ static uint64_t work(void) {
     close_window();
     H.window_end = 0;
     if (H.nested) nested_touched();
-    spread();
+    if (H.rocs) _ca_rocs_window();
+    if (H.sampling || _ca_locksets_on()) spread();
     now = _ca_clock_ns();
   }
   if (now >= H.next_window) {
@@ -707,7 +721,7 @@ static uint64_t measure_fault(bool writes) {
 __attribute__((constructor)) static void start(void) {
   _ca_started();
   if (!H.on) return;
-  if (H.sampling || H.nested) H.fault_ns = measure_fault(false);
+  if (H.sampling || H.nested || H.rocs) H.fault_ns = measure_fault(false);
   H.lane_ns = 20000;                                   /* until learnt */
   client.delay_ms = (uint64_t)opt[HOT_OPT_DELAY];
   H.started = _ca_clock_ns();
@@ -716,14 +730,19 @@ __attribute__((constructor)) static void start(void) {
 
 static void init(void) {
   H.sampling = opt[HOT_OPT_ON] != 0;
-  H.on = (H.sampling || _ca_locksets_on()) && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !_ca_trap_under_valgrind();
+  H.rocs = _ca_rocs_on();
+  H.on = (H.sampling || H.rocs || _ca_locksets_on()) && _ca_colour_opt(CA_COPT_COLOURS) != 0 && !_ca_trap_under_valgrind();
   if (!H.on) return;
   H.heat = _ca_os_map(PAGES);
   H.colour = _ca_os_map(PAGES);
   H.first = _ca_os_map(PAGES);
   H.seen = _ca_os_map(PAGES);
   H.nest = _ca_os_map(PAGES);
-  if (H.heat == NULL || H.colour == NULL || H.first == NULL || H.seen == NULL || H.nest == NULL) { H.on = false; return; }
+  if (H.rocs) H.prof = _ca_os_map(PAGES * sizeof *H.prof);
+  if (H.heat == NULL || H.colour == NULL || H.first == NULL || H.seen == NULL || H.nest == NULL || (H.rocs && H.prof == NULL)) {
+    H.on = H.rocs = false;
+    return;
+  }
   H.nested = _ca_locksets_nest() != 0;
   H.rng = _ca_process_seed() | 1;
   _ca_access_on_change(on_change);
@@ -859,4 +878,97 @@ uint32_t _ca_hot_lockset(uint32_t set, const uint32_t** per_colour, uint64_t* mo
   *moved = H.set_moved[set];
   *conflicts = H.set_over[set];
   return H.set_pages[set];
+}
+
+/* ---- ROCS's pages (rocs.h) ---------------------------------------------------------------------- */
+
+/* the range holding page by the ranges sorted by base (H.order, sorted by the caller) */
+static range_t* sorted_range_of(uintptr_t page) {
+  int lo = 0, hi = (int)H.n - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    range_t* r = &H.r[H.order[mid]];
+    if (page < (uintptr_t)r->base) hi = mid - 1;
+    else if (page >= (uintptr_t)r->base + (size_t)r->pages * CA_OS_PAGE) lo = mid + 1;
+    else return r;
+  }
+  return NULL;
+}
+
+void _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n) {
+  if (H.prof == NULL || n == 0) return;
+  _ca_lock(&H.lock);
+  for (uint32_t i = 0; i < H.n; i++) H.order[i] = (uint16_t)i;
+  for (uint32_t gap = H.n / 2; gap > 0; gap /= 2)      /* a shell sort: nothing may allocate here */
+    for (uint32_t i = gap; i < H.n; i++)
+      for (uint32_t j = i; j >= gap && H.r[H.order[j - gap]].base > H.r[H.order[j]].base; j -= gap) {
+        uint16_t t = H.order[j]; H.order[j] = H.order[j - gap]; H.order[j - gap] = t;
+      }
+  for (size_t k = 0; k < n; k++) {
+    range_t* r = sorted_range_of(s[k].page);
+    if (r != NULL) _ca_rocs_note(&H.prof[r->at + (s[k].page - (uintptr_t)r->base) / CA_OS_PAGE], s[k].level, s[k].ticks);
+  }
+  _ca_unlock(&H.lock);
+}
+
+void _ca_hot_rocs_step(double* sum, uint32_t* pages) {
+  *sum = 0;
+  *pages = 0;
+  if (H.prof == NULL) return;
+  _ca_lock(&H.lock);
+  for (uint32_t i = 0; i < H.n; i++)
+    for (uint32_t p = 0; p < H.r[i].pages; p++) {
+      ca_rocs_page_t* e = &H.prof[H.r[i].at + p];
+      if (e->sn == 0) continue;
+      *sum += (double)e->ssum / e->sn;
+      ++*pages;
+      e->sn = 0;
+      e->ssum = 0;
+    }
+  _ca_unlock(&H.lock);
+}
+
+uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3) {
+  uint32_t n = 0;
+  if (H.prof == NULL) return 0;
+  _ca_lock(&H.lock);
+  for (uint32_t i = 0; i < H.n && n < max; i++)
+    for (uint32_t p = 0; H.r[i].profiled && p < H.r[i].pages && n < max; p += CA_ROCS_RUN) {
+      uint32_t pages = H.r[i].pages - p < CA_ROCS_RUN ? H.r[i].pages - p : CA_ROCS_RUN, sn = 0, l3n = 0, memn = 0;
+      for (uint32_t q = 0; q < pages; q++) {
+        const ca_rocs_page_t* e = &H.prof[H.r[i].at + p + q];
+        sn += e->n, l3n += e->l3, memn += e->mem;
+      }
+      ca_rocs_page_t sum = { (uint8_t)(sn > 255 ? 255 : sn), (uint8_t)(sn > 255 ? l3n * 255 / sn : l3n), (uint8_t)(sn > 255 ? memn * 255 / sn : memn), 0, 0, 0, 0 };
+      uint32_t key = _ca_rocs_key(&sum, l3);
+      if (key != 0) out[n++] = (ca_rocs_cand_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, key, pages, 0 };
+    }
+  _ca_unlock(&H.lock);
+  for (uint32_t gap = n / 2; gap > 0; gap /= 2)       /* most often from memory first, then by address */
+    for (uint32_t i = gap; i < n; i++)
+      for (uint32_t j = i; j >= gap && (out[j - gap].key < out[j].key ||
+                                        (out[j - gap].key == out[j].key && out[j - gap].page > out[j].page)); j -= gap) {
+        ca_rocs_cand_t t = out[j]; out[j] = out[j - gap]; out[j - gap] = t;
+      }
+  return n;
+}
+
+/* a profiled page into the buffer's set or out of it, while the core cannot take its range back
+   nor a system call reach it (H.busy, as on_page); the old frame of a buffer page joins the
+   buffer's pool again (re-tested) */
+int _ca_hot_rocs_move(uint8_t* page, int set, bool in) {
+  _ca_lock(&H.lock);
+  range_t* r = range_of(page);
+  bool live = r != NULL && r->profiled;
+  if (live) H.busy = page;
+  _ca_unlock(&H.lock);
+  if (!live) return -1;
+  int keep = in ? 0 : _ca_rocs_buffer_set();
+  bool moved = _ca_recolour(page, CA_OS_PAGE, set, keep, keep > 0) == 1;
+  _ca_lock(&H.lock);
+  H.busy = NULL;
+  long at = entry_of(page);
+  if (at >= 0 && moved) H.prof[at].in = in;
+  _ca_unlock(&H.lock);
+  return moved;
 }

@@ -88,9 +88,10 @@ uint8_t _ca_lockset_current(void) {
 }
 
 /* a trap (access.c's handler, in the faulting thread): noted if the thread is deep enough */
-static void touched(uintptr_t page) {
+static void touched(uintptr_t addr) {
   const ca_lockset_thread_t* t = &_ca_lockset;
   if (_ca_lockset_nest == 0 || t->depth < _ca_lockset_nest) return;
+  uintptr_t page = addr & ~(uintptr_t)(CA_OS_PAGE - 1);
   uint64_t i = atomic_fetch_add_explicit(&T.head, 1, ca_relaxed) % TOUCHED;
   atomic_store_explicit(&T.e[i].site, t->site, ca_relaxed);
   atomic_store_explicit(&T.e[i].page, page, ca_release);

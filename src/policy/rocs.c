@@ -1,0 +1,341 @@
+/* ROCS (paper 004): a pollute buffer, a small slice of the L2's colours, for the pages whose data
+   is not reused while it could be cached, so that they stop evicting the data that is.
+
+   NightWatch judges whole chunks by their allocation context; it cannot split one allocation
+   that holds both a streamed region and a reused one (SPEC's art).  ROCS works per page:
+
+     profile   hot.c's sampling windows also trap the pages of large objects (rocs_min KiB and
+               more); at each trap, once the page is open and before the program's access goes
+               on, a timed reload of its lines (monitor/reload.c, on the faulting thread's core)
+               says which level holds them: the L2, a level beyond (the L3), or memory
+               (thresholds measured at start, memory by flushed lines).  The handler writes
+               {page, level, ticks} to a ring; after each window the worker adds them to the
+               pages' profiles (hot.c's arena: counts that halve every CA_ROCS_DECAY reloads).
+
+                 ring[RING] ──worker──> profile[page] = { n, beyond L2, from memory, in, step }
+
+     stack     after rocs_profile windows: the pages of large objects whose reloads come from
+               memory at least half the time, most often first (_ca_rocs_key).  A page that
+               misses the L2 but hits the L3 is not a polluter here: confined to a slice of the
+               L2's colours it is confined to the same slice of the L3's sets, and its reuse
+               would then miss the L3 (rocs_l3=1 lets the search try them too).
+     search    the paper's Algorithm 1: k = 0, then the top step, 2 step ... pages of the stack
+               moved into the buffer (the colour layer's moves, at most rocs_budget a window),
+               each configuration scored over rocs_step windows; the best k stays, unless it
+               beats k = 0 by less than rocs_margin %, and the pages above it move back out.
+     score     the paper measures IPC; these machines have no counter of instructions.  If the
+               program calls chromalloc_progress(units), its units per CPU second of its own
+               threads (the colour worker's stocking and moves left out); else the stand-in: minus the mean reload time per
+               page sampled in the step (an estimate of the stall per reference: every sampled
+               page counts once, whatever its access rate).
+     phases    once settled, each rocs_step windows are scored again; a score off the settled one
+               by more than a third for three scores in a row is a new phase: the buffer is
+               emptied and the profile and search run again.
+
+   The buffer is the first 1/rocs_buffer of the colours (a colour set), reserved so that the
+   colour layer's protection keeps ordinary memory up to the L2's size out of it; NightWatch's
+   restrictive slice is the first 1/8, so the two confine to the same end and its reservation
+   (a superset) serves both.  ROCS moves only pages of large ordinary objects; NightWatch's
+   chunks live in coloured memory and are never profiled here. */
+#define _GNU_SOURCE
+#include "rocs.h"
+#include "hot.h"
+#include "../monitor/monitor.h"
+#include "../color/colour.h"
+#include <time.h>
+
+enum { R_OPT_ON, R_OPT_BUFFER, R_OPT_MIN, R_OPT_PROFILE, R_OPT_STEP, R_OPT_STEPS, R_OPT_BUDGET, R_OPT_MARGIN, R_OPT_L3,
+       R_OPT_COUNT };
+static long opt[R_OPT_COUNT];
+static const ca_option_desc_t options[R_OPT_COUNT] = {
+  [R_OPT_ON]      = { "rocs", 0, 0, 1, _ca_bool_words,
+                      "ROCS (paper 004): pages of large objects whose data comes back from memory are moved into a "
+                      "pollute buffer, a small slice of the L2's colours, as many as an empirical search finds best; "
+                      "see docs/rocs.md" },
+  [R_OPT_BUFFER]  = { "rocs_buffer", 16, 2, 64, NULL, "the pollute buffer is the first 1/this of the L2's colours" },
+  [R_OPT_MIN]     = { "rocs_min", 1024, 64, 1048576, NULL, "KiB: large objects this big and bigger are profiled" },
+  [R_OPT_PROFILE] = { "rocs_profile", 30, 1, 1000, NULL, "sampling windows of profile before a search" },
+  [R_OPT_STEP]    = { "rocs_step", 4, 1, 100, NULL, "sampling windows each configuration of the search is scored over" },
+  [R_OPT_STEPS]   = { "rocs_steps", 8, 1, 64, NULL, "configurations the search tries beyond k = 0 (the stack in that many steps)" },
+  [R_OPT_BUDGET]  = { "rocs_budget", 512, 1, 65536, NULL, "pages moved into or out of the buffer per window at most" },
+  [R_OPT_MARGIN]  = { "rocs_margin", 5, 0, 100, NULL, "percent the best configuration must beat k = 0 by to be kept" },
+  [R_OPT_L3]      = { "rocs_l3", 0, 0, 1, _ca_bool_words,
+                      "1: pages reused through the L3 (missing the L2 only) join the stack too, below those from memory" },
+};
+
+#define RING     8192               /* reloads between two drains (a window traps fewer) */
+#define STACK    16384              /* pages in the stack at most (64 MiB) */
+#define HISTORY  72                 /* search configurations and settled scores kept for the report */
+
+enum { ST_OFF, ST_PROFILE, ST_SEARCH, ST_SETTLED };
+static const char* const state_words[] = { "off", "profiling", "searching", "settled" };
+
+static struct {
+  _Atomic(uint64_t) head;           /* reloads written (the fault handler) */
+  uint64_t          tail, lost;
+  struct { _Atomic(uintptr_t) page; _Atomic(uint32_t) ticks; _Atomic(int32_t) level; } e[RING];
+} T;
+
+static struct {
+  int               state, set, rest;
+  uint32_t          windows;        /* in the current state (or step) */
+  ca_rocs_cand_t    stack[STACK];
+  uint32_t          nstack, in;     /* pages in the stack; the top `in` are in the buffer */
+  ca_rocs_search_t  search;
+  ca_rocs_phase_t   phase;
+  _Atomic(uint64_t) progress;       /* chromalloc_progress units */
+  uint64_t          progress_at, cpu_at;
+  bool              reserved;
+  /* statistics */
+  uint64_t          samples[5], profiles, searches, phases, moved_in, moved_out, move_failures, gone;
+  uint32_t          chosen, history_n;
+  struct { uint32_t k; double progress, stall; } history[HISTORY];   /* per configuration scored */
+  double            last_progress, last_stall;
+  bool              by_progress;
+} R;
+
+bool   _ca_rocs_on(void) { return opt[R_OPT_ON] != 0; }
+int    _ca_rocs_buffer_set(void) { return R.set; }
+size_t _ca_rocs_min_pages(void) { return (size_t)opt[R_OPT_MIN] * 1024 / CA_OS_PAGE; }
+
+/* ---- the pure pieces (rocs.h) ------------------------------------------------------------------ */
+
+uint32_t _ca_rocs_key(const ca_rocs_page_t* p, bool l3) {
+  if (p->n < CA_ROCS_MIN_SAMPLES) return 0;
+  uint32_t mem = (uint32_t)p->mem * 255 / p->n, beyond = (uint32_t)p->l3 * 255 / p->n;
+  if (2u * p->mem >= p->n) return 65536 + mem * 256 + beyond;
+  return l3 && 2u * p->l3 >= p->n ? beyond * 256 + mem : 0;
+}
+
+void _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, double margin) {
+  *s = (ca_rocs_search_t){ .size = size, .step = steps ? (size + steps - 1) / steps : size, .margin = margin };
+  if (s->step == 0) s->step = 1;
+  s->done = size == 0;
+}
+
+uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
+  if (s->done) return s->best_k;
+  if (s->steps++ == 0) { s->base = s->best = score; s->best_k = 0; }
+  else if (score > s->best) { s->best = score; s->best_k = s->k; }
+  if (s->k < s->size) {
+    s->k = s->size - s->k > s->step ? s->k + s->step : s->size;
+    return s->k;
+  }
+  /* better than k = 0 by the margin, else nothing (the scores' sign: higher is better) */
+  double m = s->base < 0 ? -s->base : s->base;
+  if (s->best_k != 0 && s->best - s->base < m * s->margin) s->best_k = 0;
+  s->done = true;
+  s->k = s->best_k;
+  return s->k;
+}
+
+bool _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t lasting) {
+  double a = p->ref < 0 ? -p->ref : p->ref, b = score < 0 ? -score : score;
+  bool off = a > 0 && (b > a * (1 + tol) || b * (1 + tol) < a);
+  p->off = off ? p->off + 1 : 0;
+  if (p->off < lasting) return false;
+  p->off = 0;
+  return true;
+}
+
+/* ---- the fault handler's side ------------------------------------------------------------------- */
+
+#ifdef CA_TEST_HOOKS
+static int (*test_level)(uintptr_t page);                  /* tests script the level */
+void     _ca_rocs_test_level(int (*fn)(uintptr_t page)) { test_level = fn; }
+uint32_t _ca_rocs_test_in(void) { return R.in; }
+#endif
+
+static void reloaded(uintptr_t addr) {
+  if (R.state == ST_OFF) return;
+  uint32_t ticks = 0;
+  int level = _ca_monitor_reload((const void*)(addr & ~(uintptr_t)(CA_OS_PAGE - 1)), (unsigned)(addr >> 6), &ticks);
+#ifdef CA_TEST_HOOKS
+  if (test_level != NULL) level = test_level(addr & ~(uintptr_t)(CA_OS_PAGE - 1));
+#endif
+  if (level == 0) return;
+  uint64_t i = atomic_fetch_add_explicit(&T.head, 1, ca_relaxed) % RING;
+  atomic_store_explicit(&T.e[i].ticks, ticks, ca_relaxed);
+  atomic_store_explicit(&T.e[i].level, level, ca_relaxed);
+  atomic_store_explicit(&T.e[i].page, addr & ~(uintptr_t)(CA_OS_PAGE - 1), ca_release);
+}
+
+static void drain(void) {
+  static ca_rocs_sample_t batch[RING];
+  uint64_t head = atomic_load_explicit(&T.head, ca_acquire);
+  if (head - T.tail > RING) { T.lost += head - T.tail - RING; T.tail = head - RING; }
+  size_t n = 0;
+  for (; T.tail < head; T.tail++) {
+    uint64_t i = T.tail % RING;
+    uintptr_t p = atomic_exchange_explicit(&T.e[i].page, 0, ca_acquire);
+    if (p == 0) continue;                                        /* a trap under way: lost */
+    batch[n].page = p;
+    batch[n].ticks = atomic_load_explicit(&T.e[i].ticks, ca_relaxed);
+    batch[n].level = atomic_load_explicit(&T.e[i].level, ca_relaxed);
+    R.samples[batch[n].level]++;
+    n++;
+  }
+  _ca_hot_rocs_notes(batch, n);
+}
+
+/* ---- the worker's side ---------------------------------------------------------------------------- */
+
+static uint64_t clock_of(clockid_t c) {
+  struct timespec t;
+  clock_gettime(c, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* the program's CPU time: the process's but this thread's (the colour worker: its stocking and
+   moves would count against the configuration being scored) */
+static uint64_t cpu_ns(void) { return clock_of(CLOCK_PROCESS_CPUTIME_ID) - clock_of(CLOCK_THREAD_CPUTIME_ID); }
+
+/* the configuration measured since the last call: progress per CPU second, or the stand-in;
+   both kept for the report (how well the stand-in tracks the program's own measure) */
+static double score(void) {
+  double sum;
+  uint32_t pages;
+  _ca_hot_rocs_step(&sum, &pages);
+  uint64_t units = atomic_load_explicit(&R.progress, ca_relaxed), cpu = cpu_ns();
+  R.by_progress = units != 0;
+  R.last_progress = cpu > R.cpu_at ? (double)(units - R.progress_at) * 1e9 / (double)(cpu - R.cpu_at) : 0;
+  R.last_stall = pages ? sum / pages : 0;
+  R.progress_at = units;
+  R.cpu_at = cpu;
+  return R.by_progress ? R.last_progress : -R.last_stall;
+}
+
+static void note(uint32_t k) {
+  if (R.history_n < HISTORY) R.history[R.history_n++] = (typeof(R.history[0])){ k, R.last_progress, R.last_stall };
+}
+
+/* the top k of the stack in the buffer, within the budget; true when there */
+static bool place(uint32_t k) {
+  uint32_t budget = (uint32_t)opt[R_OPT_BUDGET];
+  while (R.in != k && budget > 0) {
+    bool in = R.in < k;
+    ca_rocs_cand_t* c = &R.stack[in ? R.in : R.in - 1];
+    for (; c->done < c->pages && budget > 0; c->done++, budget--) {
+      int r = _ca_hot_rocs_move(c->page + (size_t)(in ? c->done : c->pages - 1 - c->done) * CA_OS_PAGE, in ? R.set : R.rest, in);
+      if (r == 0) {                                              /* no frame yet: more stock, and later */
+        R.move_failures++;
+        _ca_colour_prepare(in ? R.set : R.rest, (size_t)(c->pages - c->done) * (k > R.in ? k - R.in : R.in - k), 0);
+        return false;
+      }
+      if (r > 0) { if (in) R.moved_in++; else R.moved_out++; } else R.gone++;
+    }
+    if (c->done < c->pages) break;
+    c->done = 0;
+    R.in = in ? R.in + 1 : R.in - 1;
+  }
+  return R.in == k;
+}
+
+static bool buffer_sets(void) {
+  if (R.set > 0) return true;
+  uint32_t den = (uint32_t)opt[R_OPT_BUFFER];
+  R.set = _ca_colour_set(0, 1, den);
+  R.rest = _ca_colour_set(1, den, den);
+  if (R.set <= 0 || R.rest <= 0) { R.set = 0; return false; }
+  R.reserved = _ca_colour_reserve(R.set) == 0;   /* EBUSY: NightWatch's first 1/8 is, which holds it */
+  return true;
+}
+
+void _ca_rocs_window(void) {
+  if (R.state == ST_OFF) return;
+  drain();
+  R.windows++;
+  switch (R.state) {
+  case ST_PROFILE:
+    if (!place(0)) { R.windows = 0; return; }                  /* a new phase: the buffer emptied first */
+    if (R.windows < (uint32_t)opt[R_OPT_PROFILE]) return;
+    R.nstack = _ca_hot_rocs_candidates(R.stack, STACK, opt[R_OPT_L3] != 0);
+    R.profiles++;
+    R.windows = 0;
+    if (R.nstack == 0 || !buffer_sets()) return;               /* nothing to confine: profile on */
+    _ca_colour_prepare(R.set, R.nstack + 8, 0);                 /* frames for the buffer, stocked meanwhile */
+    _ca_rocs_search_begin(&R.search, R.nstack, (uint32_t)opt[R_OPT_STEPS], (double)opt[R_OPT_MARGIN] / 100);
+    R.searches++;
+    R.history_n = 0;
+    R.state = ST_SEARCH;
+    (void)score();                                             /* the baseline's measure starts */
+    return;
+  case ST_SEARCH:
+    if (!place(R.search.k)) { (void)score(); R.windows = 0; return; }   /* moves first, measure after */
+    if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
+    {
+      double s = score();
+      note(R.search.k);
+      uint32_t k = _ca_rocs_search_next(&R.search, s);
+      R.windows = 0;
+      if (R.search.done) { R.chosen = k; R.phase = (ca_rocs_phase_t){ R.search.best, 0 }; R.state = ST_SETTLED; }
+    }
+    return;
+  case ST_SETTLED:
+    if (!place(R.chosen)) { (void)score(); R.windows = 0; return; }
+    if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
+    R.windows = 0;
+    {
+      double s = score();
+      note(R.chosen);
+      if (!_ca_rocs_phase(&R.phase, s, 1.0 / 3, 3)) return;
+    }
+    R.phases++;
+    R.chosen = 0;                                              /* empty the buffer, then profile anew */
+    R.state = ST_PROFILE;
+    return;
+  }
+}
+
+/* ---- the program's progress (chromalloc.h) ------------------------------------------------------- */
+
+void _ca_rocs_progress(unsigned long units) { atomic_fetch_add_explicit(&R.progress, units, ca_relaxed); }
+
+/* ---- the layer -------------------------------------------------------------------------------------- */
+
+static void init(void) {
+  if (!opt[R_OPT_ON] || _ca_colour_opt(CA_COPT_COLOURS) == 0) return;
+  R.state = ST_PROFILE;
+  _ca_access_on_touch(reloaded);
+}
+
+static void stats(ca_buf_t* b) {
+  ca_buf_str(b, "{\"state\":\"");
+  ca_buf_str(b, state_words[R.state]);
+  ca_buf_str(b, "\",\"objective\":\"");
+  ca_buf_str(b, R.by_progress ? "progress" : "reload stall");
+  ca_buf_str(b, "\",\"reserved\":");
+  ca_buf_str(b, R.reserved ? "true" : "false");
+  ca_buf_field_u64(b, "buffer_colours", R.set > 0 ? (uint64_t)__builtin_popcountll(_ca_colour_known_mask()) / (uint64_t)opt[R_OPT_BUFFER] : 0);
+  ca_buf_field_u64(b, "reloads_l2", R.samples[2]);
+  ca_buf_field_u64(b, "reloads_beyond_l2", R.samples[3]);
+  ca_buf_field_u64(b, "reloads_memory", R.samples[4]);
+  ca_buf_field_u64(b, "reloads_lost", T.lost);
+  ca_buf_field_u64(b, "profiles", R.profiles);
+  ca_buf_field_u64(b, "run_pages", CA_ROCS_RUN);
+  ca_buf_field_u64(b, "stack_runs", R.nstack);
+  ca_buf_field_u64(b, "searches", R.searches);
+  ca_buf_field_u64(b, "chosen_runs", R.chosen);
+  ca_buf_field_u64(b, "runs_in_buffer", R.in);
+  ca_buf_field_u64(b, "moved_in", R.moved_in);
+  ca_buf_field_u64(b, "moved_out", R.moved_out);
+  ca_buf_field_u64(b, "move_failures", R.move_failures);
+  ca_buf_field_u64(b, "pages_gone", R.gone);
+  ca_buf_field_u64(b, "phase_changes", R.phases);
+  /* [runs in the buffer, progress per CPU second (0: no progress calls), mean reload ticks] */
+  ca_buf_str(b, ",\"scores\":[");
+  for (uint32_t i = 0; i < R.history_n; i++) {
+    ca_buf_str(b, i ? ",[" : "[");
+    ca_buf_u64(b, R.history[i].k);
+    ca_buf_char(b, ',');
+    ca_buf_fixed(b, (int64_t)(R.history[i].progress * 1000), 3);
+    ca_buf_char(b, ',');
+    ca_buf_fixed(b, (int64_t)(R.history[i].stall * 1000), 3);
+    ca_buf_char(b, ']');
+  }
+  ca_buf_str(b, "]}");
+}
+
+const ca_layer_t _ca_layer_rocs = {
+  .name = "rocs", .options = options, .values = opt, .noptions = R_OPT_COUNT, .init = init, .stats = stats,
+};

@@ -1,0 +1,68 @@
+/* ROCS (rocs.c, paper 004): a pollute buffer of the L2's colours for the pages of large objects
+   whose reuse misses the L3 too, chosen by per-page profiles and an empirical search. */
+#ifndef CA_ROCS_H
+#define CA_ROCS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#pragma GCC visibility push(hidden)
+struct ca_layer_s;
+extern const struct ca_layer_s _ca_layer_rocs;
+
+/* A page's profile, kept beside its heat in hot.c's arena: timed reloads at its traps by the
+   level that served them (n in all, l3 from beyond the L2, mem from memory), halved together
+   when n reaches CA_ROCS_DECAY (recent laps count most); `in`: in the pollute buffer (ROCS moved
+   it there); sn/ssum: the reloads of the search step under way, for the stand-in objective. */
+typedef struct ca_rocs_page_s { uint8_t n, l3, mem, in; uint16_t sn, pad; uint32_t ssum; } ca_rocs_page_t;
+#define CA_ROCS_DECAY 32
+#define CA_ROCS_MIN_SAMPLES 3
+
+static inline void _ca_rocs_note(ca_rocs_page_t* p, int level, uint32_t ticks) {
+  if (p->n >= CA_ROCS_DECAY) { p->n /= 2; p->l3 /= 2; p->mem /= 2; }
+  p->n++;
+  p->l3 += level >= 3;
+  p->mem += level >= 4;
+  if (p->sn < UINT16_MAX) { p->sn++; p->ssum += ticks < 65536 ? ticks : 65535; }
+}
+/* The stack's order: pages whose reloads came from memory at least half the time (with `l3`,
+   from beyond the L2), most often first; 0 = not a candidate (too few reloads, or reused through
+   the L3: a slice of the L2's colours is a slice of the L3's sets too, and confined there its
+   reuse would miss the L3). */
+uint32_t _ca_rocs_key(const ca_rocs_page_t* p, bool l3);
+
+/* The search (the paper's Algorithm 1): the top k pages of a stack of `size` go to the buffer,
+   k = 0, step, 2 step ... size, each configuration scored (higher is better) by the caller; then
+   the best, unless it beats k = 0 by less than `margin` (a fraction): k = 0. */
+typedef struct ca_rocs_search_s { uint32_t size, step, k, best_k, steps; double best, base, margin; bool done; } ca_rocs_search_t;
+void     _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, double margin);
+/* the score of the configuration measured (k = s->k); returns the k to set up next (s->done:
+   the one chosen) */
+uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score);
+
+/* A phase change: the score leaves [ref / (1 + tol), ref * (1 + tol)] for `lasting` scores in a
+   row (negative scores, the stand-in's, by their magnitude). */
+typedef struct ca_rocs_phase_s { double ref; uint32_t off; } ca_rocs_phase_t;
+bool     _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t lasting);
+
+/* hot.c's side: the windows run for ROCS too, its traps reach rocs.c's handler hook, and after
+   each window the worker hands over (no lock held) */
+bool     _ca_rocs_on(void);
+size_t   _ca_rocs_min_pages(void);
+int      _ca_rocs_buffer_set(void);         /* the buffer's colour set (0: none yet) */
+void     _ca_rocs_progress(unsigned long units);   /* chromalloc_progress */          /* large objects of this many pages and more are profiled */
+void     _ca_rocs_window(void);
+/* ... and hot.c gives it the pages: profiles noted (a batch of reloads), the candidates in
+   profiled ranges (runs of CA_ROCS_RUN pages, their counts summed) with their key, moves of a
+   profiled page under hot.c's busy guard */
+typedef struct ca_rocs_sample_s { uintptr_t page; uint32_t ticks; int32_t level; } ca_rocs_sample_t;
+typedef struct ca_rocs_cand_s { uint8_t* page; uint32_t key, pages, done; } ca_rocs_cand_t;   /* a run; done: pages moved */
+#define CA_ROCS_RUN 16              /* pages profiled and moved together (a window traps a few per lane) */
+void     _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n);
+uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3);
+void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per page sampled in the step; reset */
+int      _ca_hot_rocs_move(uint8_t* page, int set, bool in);   /* 1 moved, 0 not, -1 gone */
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,187 @@
+/* ROCS (internal interfaces: built static only; run with rocs=1 on a described machine, whose
+   L2 the colour layer simulates, so the colours are exact and no outcome is this host's timing's).
+
+   1. The pieces, scripted: a page's profile and its decay, the stack's key (memory at least half
+      the time; the L3's reuse only with rocs_l3), the search over known curves (it finds the
+      best k; a gain below the margin keeps k = 0), a phase change only when it lasts.
+   2. The mechanism (argument `gain` or `loss`): one 4.5 MiB block, its first 4 MiB "streamed" (the
+      reload's level scripted as memory by a test hook) and the rest "reused" (the L2), touched
+      every lap and checked for its pattern while another thread writes a count into the stream's
+   pages and checks it (no write lost to a move); the program reports progress by a scripted curve of
+      the runs ROCS has in the buffer.  `gain`: the more, the better: the whole stream ends in the
+      buffer's colours (chromalloc_colour_of), the reused part never moved.  `loss`: the more, the
+      worse: the search keeps none, every page it tried is moved back out. */
+#include "check.h"
+#include "../../src/policy/rocs.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+extern int  chromalloc_colour_of(const void* p) __attribute__((weak));
+extern int  chromalloc_colour_count(void) __attribute__((weak));
+extern void chromalloc_progress(unsigned long units) __attribute__((weak));
+void     _ca_rocs_test_level(int (*fn)(uintptr_t page));   /* rocs.c, test builds */
+uint32_t _ca_rocs_test_in(void);
+
+static void pieces(void) {
+  ca_rocs_page_t p = {0};
+  for (int i = 0; i < 3; i++) _ca_rocs_note(&p, 4, 1000);
+  CHECK_EQ(p.n, 3); CHECK_EQ(p.l3, 3); CHECK_EQ(p.mem, 3); CHECK_EQ(p.sn, 3); CHECK_EQ(p.ssum, 3000);
+  CHECK(_ca_rocs_key(&p, false) > 65536);                    /* from memory: a candidate */
+  ca_rocs_page_t two = { 2, 2, 2, 0, 0, 0, 0 };
+  CHECK_EQ(_ca_rocs_key(&two, false), 0);                    /* too few reloads */
+  ca_rocs_page_t l3 = { 10, 9, 1, 0, 0, 0, 0 };              /* missed the L2, hit the L3 */
+  CHECK_EQ(_ca_rocs_key(&l3, false), 0);
+  CHECK(_ca_rocs_key(&l3, true) > 0 && _ca_rocs_key(&l3, true) < _ca_rocs_key(&p, true));
+  ca_rocs_page_t half = { 10, 10, 5, 0, 0, 0, 0 }, most = { 10, 10, 9, 0, 0, 0, 0 };
+  CHECK(_ca_rocs_key(&most, false) > _ca_rocs_key(&half, false) && _ca_rocs_key(&half, false) > 0);
+  /* decay: the counts halve together at CA_ROCS_DECAY, so a page that changed its ways shows it */
+  ca_rocs_page_t d = {0};
+  for (int i = 0; i < CA_ROCS_DECAY; i++) _ca_rocs_note(&d, 4, 100);
+  for (int i = 0; i < CA_ROCS_DECAY; i++) _ca_rocs_note(&d, 2, 100);
+  CHECK(d.n <= CA_ROCS_DECAY && d.mem * 4 <= d.n);
+  CHECK_EQ(_ca_rocs_key(&d, false), 0);
+
+  /* the search: a peak at 37 of 100, 8 steps of 13: k = 0, 13, 26, 39 ... 100 tried; 39 best */
+  ca_rocs_search_t s;
+  _ca_rocs_search_begin(&s, 100, 8, 0.05);
+  uint32_t tried = 0, k = 0;
+  while (!s.done) { double x = (double)k - 37; k = _ca_rocs_search_next(&s, 10000 - x * x); tried++; }
+  CHECK_EQ(tried, 9);
+  CHECK_EQ(k, 39);
+  CHECK_EQ(s.best_k, 39);
+  /* the stand-in's scores are negative (minus the reload time): higher is still better */
+  _ca_rocs_search_begin(&s, 64, 4, 0.05);
+  for (k = 0; !s.done; ) k = _ca_rocs_search_next(&s, -1000.0 + 10.0 * k);   /* best at the top */
+  CHECK_EQ(k, 64);
+  /* a gain below the margin: k = 0 */
+  _ca_rocs_search_begin(&s, 64, 4, 0.05);
+  for (k = 0; !s.done; ) k = _ca_rocs_search_next(&s, k == 32 ? 1030 : 1000);
+  CHECK_EQ(k, 0);
+  _ca_rocs_search_begin(&s, 64, 4, 0.05);
+  for (k = 0; !s.done; ) k = _ca_rocs_search_next(&s, k == 32 ? 1100 : 1000);
+  CHECK_EQ(k, 32);
+  /* a stack smaller than the steps: one page a step */
+  _ca_rocs_search_begin(&s, 3, 8, 0.05);
+  for (tried = 0, k = 0; !s.done; tried++) k = _ca_rocs_search_next(&s, k == 2 ? 2 : 1);
+  CHECK_EQ(tried, 4);
+  CHECK_EQ(k, 2);
+  _ca_rocs_search_begin(&s, 0, 8, 0.05);
+  CHECK(s.done);
+
+  /* a phase change lasts: three scores in a row off by more than a third */
+  ca_rocs_phase_t ph = { 1000, 0 };
+  CHECK(!_ca_rocs_phase(&ph, 1200, 1.0 / 3, 3));
+  CHECK(!_ca_rocs_phase(&ph, 600, 1.0 / 3, 3));
+  CHECK(!_ca_rocs_phase(&ph, 600, 1.0 / 3, 3));
+  CHECK(!_ca_rocs_phase(&ph, 1000, 1.0 / 3, 3));             /* back: counted from nothing again */
+  CHECK(!_ca_rocs_phase(&ph, 1400, 1.0 / 3, 3));
+  CHECK(!_ca_rocs_phase(&ph, 1400, 1.0 / 3, 3));
+  CHECK(_ca_rocs_phase(&ph, 1400, 1.0 / 3, 3));
+  ca_rocs_phase_t neg = { -500, 0 };
+  CHECK(!_ca_rocs_phase(&neg, -600, 1.0 / 3, 1));
+  CHECK(_ca_rocs_phase(&neg, -700, 1.0 / 3, 1));
+}
+
+#define STREAM_PAGES 1024
+#define REUSED_PAGES 128
+static uint8_t* stream_lo;
+
+static int scripted_level(uintptr_t page) {
+  return page >= (uintptr_t)stream_lo && page < (uintptr_t)stream_lo + STREAM_PAGES * 4096 ? 4 : 2;
+}
+
+/* a writer meanwhile: a count in every stream page, each write checked at the next (a move that
+   lost one would show) */
+static _Atomic(bool) stop_writer;
+static _Atomic(long) lost_writes, writes;
+static void* writer(void* arg) {
+  (void)arg;
+  static uint64_t last[STREAM_PAGES];
+  for (uint64_t n = 1; !atomic_load(&stop_writer); n++, usleep(200))   /* a small share of the CPU */
+    for (uint32_t p = 0; p < STREAM_PAGES; p += 3) {
+      volatile uint64_t* w = (volatile uint64_t*)(stream_lo + (size_t)p * 4096 + 2048);
+      if (*w != last[p]) atomic_fetch_add(&lost_writes, 1);
+      *w = last[p] = n;
+      atomic_fetch_add_explicit(&writes, 1, memory_order_relaxed);
+    }
+  return NULL;
+}
+
+static uint64_t now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }
+
+static long stat_of(const char* buf, const char* name) {
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\":", name);
+  const char* r = strstr(buf, "\"rocs\":{");
+  const char* at = r ? strstr(r, key) : NULL;
+  return at ? atol(at + strlen(key)) : -1;
+}
+
+static void mechanism(bool gain) {
+  static char buf[1 << 16];
+  _ca_rocs_test_level(scripted_level);
+  uint8_t* block = malloc((STREAM_PAGES + REUSED_PAGES + 1) * 4096);
+  stream_lo = (uint8_t*)(((uintptr_t)block + 4095) & ~(uintptr_t)4095);
+  uint8_t* reused = stream_lo + STREAM_PAGES * 4096;
+  for (uint32_t p = 0; p < STREAM_PAGES + REUSED_PAGES; p++) memset(stream_lo + (size_t)p * 4096, (int)(p * 7 + 1), 4096);
+  for (uint32_t p = 0; p < STREAM_PAGES; p += 3) *(uint64_t*)(stream_lo + (size_t)p * 4096 + 2048) = 0;
+  pthread_t wt;
+  pthread_create(&wt, NULL, writer, NULL);
+  int colours_before[REUSED_PAGES];
+  bool settled = false, intact = true, known = false;
+  long laps = 0;
+  for (uint64_t t0 = now_ns(), look = t0; now_ns() - t0 < 90000000000ull && !settled; laps++) {
+    for (uint32_t p = 0; p < STREAM_PAGES + REUSED_PAGES; p++) {
+      volatile uint8_t* q = stream_lo + (size_t)p * 4096;
+      intact &= q[(p * 64) % 2048] == (uint8_t)(p * 7 + 1) && q[4095] == (uint8_t)(p * 7 + 1);
+    }
+    uint32_t in = _ca_rocs_test_in();                   /* runs in the buffer: the scripted curve */
+    chromalloc_progress(gain ? 1000 + 200 * in : 20000 - 300 * in);
+    if (!known && chromalloc_colour_count() > 0 && chromalloc_colour_of(reused) >= 0) {   /* once the colours are */
+      for (int i = 0; i < REUSED_PAGES; i++) colours_before[i] = chromalloc_colour_of(reused + (size_t)i * 4096);
+      known = strstr((chromalloc_stats_json(buf, sizeof buf), buf), "\"moved_in\":0,") != NULL;      /* before any move */
+    }
+    if (now_ns() < look) continue;
+    look = now_ns() + 200000000u;
+    chromalloc_stats_json(buf, sizeof buf);
+    settled = strstr(buf, "\"rocs\":{\"state\":\"settled\"") != NULL &&
+              stat_of(buf, "runs_in_buffer") == stat_of(buf, "chosen_runs");   /* its moves done too */
+  }
+  atomic_store(&stop_writer, true);
+  pthread_join(wt, NULL);
+  CHECK(atomic_load(&writes) > 0);
+  CHECK_EQ(atomic_load(&lost_writes), 0);
+  chromalloc_stats_json(buf, sizeof buf);
+  if (!settled) fprintf(stderr, "not settled: %s\n", strstr(buf, "\"rocs\":{") ? strstr(buf, "\"rocs\":{") : buf);
+  CHECK(settled);
+  CHECK(intact);
+  CHECK(strstr(buf, "\"objective\":\"progress\"") != NULL);
+  long runs = stat_of(buf, "stack_runs"), chosen = stat_of(buf, "chosen_runs");
+  /* the stream (most of it: a run needs CA_ROCS_MIN_SAMPLES reloads in the profile), nothing else */
+  CHECK(runs >= STREAM_PAGES / CA_ROCS_RUN * 7 / 8 && runs <= STREAM_PAGES / CA_ROCS_RUN);
+  int colours = chromalloc_colour_count(), buffer = colours / (int)chromalloc_option("rocs_buffer");
+  int confined = 0, moved_reused = 0;
+  for (uint32_t p = 0; p < STREAM_PAGES; p++) { int c = chromalloc_colour_of(stream_lo + (size_t)p * 4096); confined += c >= 0 && c < buffer; }
+  for (int i = 0; i < REUSED_PAGES; i++) moved_reused += chromalloc_colour_of(reused + (size_t)i * 4096) != colours_before[i];
+  fprintf(stderr, "%s: stack %ld runs, chosen %ld, %d of %d stream pages in the buffer's %d colours (of %d), %ld laps\n",
+          gain ? "gain" : "loss", runs, chosen, confined, STREAM_PAGES, buffer, colours, laps);
+  CHECK(known);
+  CHECK_EQ(moved_reused, 0);
+  if (gain) {
+    CHECK_EQ(chosen, runs);
+    CHECK(confined >= chosen * CA_ROCS_RUN * 95 / 100);
+  } else {
+    CHECK_EQ(chosen, 0);
+    CHECK_EQ(stat_of(buf, "runs_in_buffer"), 0);
+    CHECK(stat_of(buf, "moved_in") > 0 && stat_of(buf, "moved_out") == stat_of(buf, "moved_in"));
+    CHECK(confined <= STREAM_PAGES / 4);                     /* back out (some by chance: 1 in 16) */
+  }
+  free(block);
+}
+
+int main(int argc, char** argv) {
+  pieces();
+  if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0);
+  return check_done("rocs");
+}
