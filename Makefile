@@ -133,6 +133,14 @@ bench-hot: lib
 bench-locksets: lib
 	python3 bench/locksets.py
 
+# ROCS (docs/rocs.md): a stream and a reused third of the L2 in one allocation (4 MiB, held by the
+# L3, and 48 MiB, beyond it) under glibc, mimalloc, NightWatch alone and ROCS (scored by its
+# stand-in, by the program's progress, and with pages reused through the L3), against the same
+# stream placed in the buffer by hand, 7 repetitions of 15 s (about 35 minutes): bench/rocs.py.
+.PHONY: bench-rocs
+bench-rocs: lib
+	python3 bench/rocs.py
+
 # A short tour (under a minute): the allocator's index benchmark at a few sizes (chromalloc, its
 # index-unfriendly layout and whichever peers are installed), then the cache runtime protecting a
 # victim from a streamed polluter (tools/demo_protect.py: a table and build/demo/protect.png).

@@ -1,9 +1,11 @@
 /* artlike: a polluter and its victim in one allocation (issue: ROCS, paper 004's `art`).
 
    One malloc holds a streamed region (`stream` MiB, read line by line every lap) and after it a
-   reused region (`reuse` % of the L2, a ring through all its lines in random order, chased once
-   after each stream).  NightWatch judges whole chunks and cannot split this one; a per-page
-   pollute buffer (ROCS) can.  Every second prints the chase's ns per line and the laps run:
+   reused region (`reuse` % of the L2, a ring through all its lines in random order, chased
+   `chases` times after each stream: art's neurons are reused more often than its weights are
+   streamed).  The first chase after a stream is timed: what the stream left of the reused region.
+   NightWatch judges whole chunks and cannot split this one; a per-page pollute buffer (ROCS) can.
+   Every second prints that chase's ns per line and the laps run:
 
      SECOND n chase_ns=X laps=L
      RESULT chase_ns_from5s=X laps_per_s_from5s=L         (medians of the seconds from the 5th on)
@@ -35,17 +37,18 @@ static double median(double* v, size_t n) { qsort(v, n, sizeof *v, cmp_double); 
 
 int main(int argc, char** argv) {
   double stream_mib = 4, reuse_pct = 33;
-  int seconds = 12, den = 16;
+  int seconds = 12, den = 16, chases = 4;
   bool nostream = false, split = false, progress = false;
   for (int i = 1; i < argc; i++) {
     if (sscanf(argv[i], "--stream=%lf", &stream_mib) == 1) continue;
     if (sscanf(argv[i], "--reuse=%lf", &reuse_pct) == 1) continue;
     if (sscanf(argv[i], "--seconds=%d", &seconds) == 1) continue;
+    if (sscanf(argv[i], "--chases=%d", &chases) == 1 && chases >= 1) continue;
     if (strcmp(argv[i], "--nostream") == 0) { nostream = true; continue; }
     if (strcmp(argv[i], "--split") == 0) { split = true; continue; }
     if (sscanf(argv[i], "--split=%d", &den) == 1 && den >= 2) { split = true; continue; }
     if (strcmp(argv[i], "--progress") == 0) { progress = true; continue; }
-    fprintf(stderr, "usage: artlike [--stream=4 (MiB)] [--reuse=33 (%% of the L2)] [--seconds=12] [--nostream] [--split[=16]] [--progress]\n");
+    fprintf(stderr, "usage: artlike [--stream=4 (MiB)] [--reuse=33 (%% of the L2)] [--seconds=12] [--chases=4] [--nostream] [--split[=16]] [--progress]\n");
     return 2;
   }
   size_t sbytes = ((size_t)(stream_mib * 1048576) + 4095) & ~(size_t)4095;
@@ -67,7 +70,7 @@ int main(int argc, char** argv) {
     long moved = chromalloc_recolour(block, sbytes, id);
     fprintf(stderr, "artlike: %ld of %zu stream pages moved into 1/%d\n", moved, sbytes / 4096, den);
   }
-  printf("ARTLIKE stream_kib=%zu reused_kib=%zu%s%s\n", sbytes >> 10, lines * 64 >> 10, nostream ? " nostream" : "",
+  printf("ARTLIKE stream_kib=%zu reused_kib=%zu chases=%d%s%s\n", sbytes >> 10, lines * 64 >> 10, chases, nostream ? " nostream" : "",
          split ? " split" : "");
   double* chase = malloc(sizeof(double) * 1000000);
   double per_s[3600], laps_s[3600];
@@ -82,6 +85,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < lines; i++) p = *(void**)p;
     double t1 = now();
     if (n < 1000000) chase[n++] = (t1 - t0) / (double)lines * 1e9;
+    for (int c = 1; c < chases; c++)
+      for (size_t i = 0; i < lines; i++) p = *(void**)p;
+    t1 = now();
     laps++;
     if (progress && chromalloc_progress) chromalloc_progress(1);
     if (t1 >= mark) {

@@ -85,9 +85,11 @@ static void measure(void) {
   M.miss_ticks = median(miss, R);
   M.mem_ticks = median(mem, R);
   M.threshold = M.miss_ticks > M.hit_ticks + M.hit_ticks / 5 ? (M.hit_ticks + M.miss_ticks) / 2 : 0;
-  /* flushed lines reload slower than lines memory simply holds (12 to 13 times the L3 here
-     against 5 to 6 for a stream beyond the L3): a quarter of the way from the L3 up */
-  M.mem_threshold = M.threshold != 0 && M.mem_ticks > 2 * M.miss_ticks ? M.miss_ticks + (M.mem_ticks - M.miss_ticks) / 4 : 0;
+  /* flushed lines reload slower than lines memory simply holds (the chase's 8 lines: 12 to 13
+     times the L3's time here, against about 3 for a page of a stream beyond the L3, whose lines
+     the L3 keeps in part): memory from 3 times the L3's time (two lines of eight, roughly) */
+  uint32_t mid = (M.miss_ticks + M.mem_ticks) / 2;
+  M.mem_threshold = M.threshold != 0 && M.mem_ticks > 2 * M.miss_ticks ? (3 * M.miss_ticks < mid ? 3 * M.miss_ticks : mid) : 0;
   _ca_os_unmap(buf, bytes);
 }
 

@@ -933,8 +933,8 @@ uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3) {
   if (H.prof == NULL) return 0;
   _ca_lock(&H.lock);
   for (uint32_t i = 0; i < H.n && n < max; i++)
-    for (uint32_t p = 0; H.r[i].profiled && p < H.r[i].pages && n < max; p += CA_ROCS_RUN) {
-      uint32_t pages = H.r[i].pages - p < CA_ROCS_RUN ? H.r[i].pages - p : CA_ROCS_RUN, sn = 0, l3n = 0, memn = 0;
+    for (uint32_t p = 0, run = _ca_rocs_run(H.r[i].pages); H.r[i].profiled && p < H.r[i].pages && n < max; p += run) {
+      uint32_t pages = H.r[i].pages - p < run ? H.r[i].pages - p : run, sn = 0, l3n = 0, memn = 0;
       for (uint32_t q = 0; q < pages; q++) {
         const ca_rocs_page_t* e = &H.prof[H.r[i].at + p + q];
         sn += e->n, l3n += e->l3, memn += e->mem;

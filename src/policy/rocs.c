@@ -14,8 +14,10 @@
 
                  ring[RING] ──worker──> profile[page] = { n, beyond L2, from memory, in, step }
 
-     stack     after rocs_profile windows: the pages of large objects whose reloads come from
-               memory at least half the time, most often first (_ca_rocs_key).  A page that
+     stack     after rocs_profile windows: the runs of large objects whose reloads come from
+               memory at least a quarter of the time, most often first (_ca_rocs_key; the L3
+               here keeps part of a stream bigger than itself, so a quarter already says that
+               most of the run's reuse is lost to it).  A page that
                misses the L2 but hits the L3 is not a polluter here: confined to a slice of the
                L2's colours it is confined to the same slice of the L3's sets, and its reuse
                would then miss the L3 (rocs_l3=1 lets the search try them too).
@@ -103,7 +105,7 @@ size_t _ca_rocs_min_pages(void) { return (size_t)opt[R_OPT_MIN] * 1024 / CA_OS_P
 uint32_t _ca_rocs_key(const ca_rocs_page_t* p, bool l3) {
   if (p->n < CA_ROCS_MIN_SAMPLES) return 0;
   uint32_t mem = (uint32_t)p->mem * 255 / p->n, beyond = (uint32_t)p->l3 * 255 / p->n;
-  if (2u * p->mem >= p->n) return 65536 + mem * 256 + beyond;
+  if (4u * p->mem >= p->n) return 65536 + mem * 256 + beyond;
   return l3 && 2u * p->l3 >= p->n ? beyond * 256 + mem : 0;
 }
 
@@ -299,6 +301,19 @@ static void init(void) {
   _ca_access_on_touch(reloaded);
 }
 
+/* a fork child's pages are copies whose frames it gets at its first writes: what the parent
+   confined is not confined here, and its reloads under way are the parent's */
+static void fork_child(void) {
+  if (R.state == ST_OFF) return;
+  R.in = R.chosen = 0;
+  R.windows = 0;
+  for (uint32_t i = 0; i < R.nstack; i++) R.stack[i].done = 0;
+  R.state = ST_PROFILE;
+  T.tail = atomic_load_explicit(&T.head, ca_relaxed);
+  atomic_store_explicit(&R.progress, 0, ca_relaxed);
+  R.progress_at = R.cpu_at = 0;
+}
+
 static void stats(ca_buf_t* b) {
   ca_buf_str(b, "{\"state\":\"");
   ca_buf_str(b, state_words[R.state]);
@@ -312,7 +327,6 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "reloads_memory", R.samples[4]);
   ca_buf_field_u64(b, "reloads_lost", T.lost);
   ca_buf_field_u64(b, "profiles", R.profiles);
-  ca_buf_field_u64(b, "run_pages", CA_ROCS_RUN);
   ca_buf_field_u64(b, "stack_runs", R.nstack);
   ca_buf_field_u64(b, "searches", R.searches);
   ca_buf_field_u64(b, "chosen_runs", R.chosen);
@@ -337,5 +351,6 @@ static void stats(ca_buf_t* b) {
 }
 
 const ca_layer_t _ca_layer_rocs = {
-  .name = "rocs", .options = options, .values = opt, .noptions = R_OPT_COUNT, .init = init, .stats = stats,
+  .name = "rocs", .options = options, .values = opt, .noptions = R_OPT_COUNT, .init = init, .fork_child = fork_child,
+  .stats = stats,
 };

@@ -26,8 +26,8 @@ static inline void _ca_rocs_note(ca_rocs_page_t* p, int level, uint32_t ticks) {
   p->mem += level >= 4;
   if (p->sn < UINT16_MAX) { p->sn++; p->ssum += ticks < 65536 ? ticks : 65535; }
 }
-/* The stack's order: pages whose reloads came from memory at least half the time (with `l3`,
-   from beyond the L2), most often first; 0 = not a candidate (too few reloads, or reused through
+/* The stack's order: pages whose reloads came from memory at least a quarter of the time (with
+   `l3`, from beyond the L2 at least half the time), most often first; 0 = not a candidate (too few reloads, or reused through
    the L3: a slice of the L2's colours is a slice of the L3's sets too, and confined there its
    reuse would miss the L3). */
 uint32_t _ca_rocs_key(const ca_rocs_page_t* p, bool l3);
@@ -58,7 +58,13 @@ void     _ca_rocs_window(void);
    profiled page under hot.c's busy guard */
 typedef struct ca_rocs_sample_s { uintptr_t page; uint32_t ticks; int32_t level; } ca_rocs_sample_t;
 typedef struct ca_rocs_cand_s { uint8_t* page; uint32_t key, pages, done; } ca_rocs_cand_t;   /* a run; done: pages moved */
-#define CA_ROCS_RUN 16              /* pages profiled and moved together (a window traps a few per lane) */
+#define CA_ROCS_RUN 16              /* pages profiled and moved together at least (a window traps a few per lane) */
+#define CA_ROCS_RUNS 256            /* runs of one object at most: a big one's runs are longer (a few
+                                       thousand reloads in a profile must cover it) */
+static inline uint32_t _ca_rocs_run(uint32_t pages) {
+  uint32_t r = (pages + CA_ROCS_RUNS - 1) / CA_ROCS_RUNS;
+  return r > CA_ROCS_RUN ? r : CA_ROCS_RUN;
+}
 void     _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n);
 uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3);
 void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per page sampled in the step; reset */

@@ -33,13 +33,15 @@ static void pieces(void) {
   ca_rocs_page_t l3 = { 10, 9, 1, 0, 0, 0, 0 };              /* missed the L2, hit the L3 */
   CHECK_EQ(_ca_rocs_key(&l3, false), 0);
   CHECK(_ca_rocs_key(&l3, true) > 0 && _ca_rocs_key(&l3, true) < _ca_rocs_key(&p, true));
-  ca_rocs_page_t half = { 10, 10, 5, 0, 0, 0, 0 }, most = { 10, 10, 9, 0, 0, 0, 0 };
-  CHECK(_ca_rocs_key(&most, false) > _ca_rocs_key(&half, false) && _ca_rocs_key(&half, false) > 0);
+  ca_rocs_page_t quarter = { 12, 12, 3, 0, 0, 0, 0 }, most = { 12, 12, 11, 0, 0, 0, 0 }, less = { 12, 12, 2, 0, 0, 0, 0 };
+  CHECK(_ca_rocs_key(&most, false) > _ca_rocs_key(&quarter, false) && _ca_rocs_key(&quarter, false) > 0);
+  CHECK_EQ(_ca_rocs_key(&less, false), 0);
   /* decay: the counts halve together at CA_ROCS_DECAY, so a page that changed its ways shows it */
   ca_rocs_page_t d = {0};
   for (int i = 0; i < CA_ROCS_DECAY; i++) _ca_rocs_note(&d, 4, 100);
   for (int i = 0; i < CA_ROCS_DECAY; i++) _ca_rocs_note(&d, 2, 100);
   CHECK(d.n <= CA_ROCS_DECAY && d.mem * 4 <= d.n);
+  for (int i = 0; i < CA_ROCS_DECAY; i++) _ca_rocs_note(&d, 2, 100);
   CHECK_EQ(_ca_rocs_key(&d, false), 0);
 
   /* the search: a peak at 37 of 100, 8 steps of 13: k = 0, 13, 26, 39 ... 100 tried; 39 best */
@@ -159,7 +161,10 @@ static void mechanism(bool gain) {
   CHECK(strstr(buf, "\"objective\":\"progress\"") != NULL);
   long runs = stat_of(buf, "stack_runs"), chosen = stat_of(buf, "chosen_runs");
   /* the stream (most of it: a run needs CA_ROCS_MIN_SAMPLES reloads in the profile), nothing else */
-  CHECK(runs >= STREAM_PAGES / CA_ROCS_RUN * 7 / 8 && runs <= STREAM_PAGES / CA_ROCS_RUN);
+  uint32_t run = _ca_rocs_run(STREAM_PAGES + REUSED_PAGES + 1);
+  CHECK_EQ(run, CA_ROCS_RUN);
+  CHECK_EQ(_ca_rocs_run(CA_ROCS_RUNS * 48), 48);
+  CHECK(runs >= STREAM_PAGES / run * 7 / 8 && runs <= STREAM_PAGES / run);
   int colours = chromalloc_colour_count(), buffer = colours / (int)chromalloc_option("rocs_buffer");
   int confined = 0, moved_reused = 0;
   for (uint32_t p = 0; p < STREAM_PAGES; p++) { int c = chromalloc_colour_of(stream_lo + (size_t)p * 4096); confined += c >= 0 && c < buffer; }
@@ -170,7 +175,7 @@ static void mechanism(bool gain) {
   CHECK_EQ(moved_reused, 0);
   if (gain) {
     CHECK_EQ(chosen, runs);
-    CHECK(confined >= chosen * CA_ROCS_RUN * 95 / 100);
+    CHECK(confined >= chosen * (long)run * 95 / 100);
   } else {
     CHECK_EQ(chosen, 0);
     CHECK_EQ(stat_of(buf, "runs_in_buffer"), 0);
