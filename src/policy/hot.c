@@ -928,8 +928,9 @@ void _ca_hot_rocs_step(double* sum, uint32_t* pages) {
   _ca_unlock(&H.lock);
 }
 
-uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3) {
+uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uint32_t* covered, uint32_t* runs) {
   uint32_t n = 0;
+  *covered = *runs = 0;
   if (H.prof == NULL) return 0;
   _ca_lock(&H.lock);
   for (uint32_t i = 0; i < H.n && n < max; i++)
@@ -939,6 +940,8 @@ uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3) {
         const ca_rocs_page_t* e = &H.prof[H.r[i].at + p + q];
         sn += e->n, l3n += e->l3, memn += e->mem;
       }
+      ++*runs;
+      *covered += sn >= CA_ROCS_MIN_SAMPLES;
       ca_rocs_page_t sum = { (uint8_t)(sn > 255 ? 255 : sn), (uint8_t)(sn > 255 ? l3n * 255 / sn : l3n), (uint8_t)(sn > 255 ? memn * 255 / sn : memn), 0, 0, 0, 0 };
       uint32_t key = _ca_rocs_key(&sum, l3);
       if (key != 0) out[n++] = (ca_rocs_cand_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, key, pages, 0 };
@@ -950,6 +953,34 @@ uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3) {
                                         (out[j - gap].key == out[j].key && out[j - gap].page > out[j].page)); j -= gap) {
         ca_rocs_cand_t t = out[j]; out[j] = out[j - gap]; out[j - gap] = t;
       }
+  return n;
+}
+
+uint32_t _ca_hot_rocs_profile(ca_rocs_run_t* out, uint32_t max) {
+  uint32_t n = 0, objects = 0;
+  if (H.prof == NULL) return 0;
+  _ca_lock(&H.lock);
+  for (uint32_t i = 0; i < H.n; i++) H.order[i] = (uint16_t)i;
+  for (uint32_t gap = H.n / 2; gap > 0; gap /= 2)      /* by address, as the notes sort them */
+    for (uint32_t i = gap; i < H.n; i++)
+      for (uint32_t j = i; j >= gap && H.r[H.order[j - gap]].base > H.r[H.order[j]].base; j -= gap) {
+        uint16_t t = H.order[j]; H.order[j] = H.order[j - gap]; H.order[j - gap] = t;
+      }
+  for (uint32_t o = 0; o < H.n && n < max; o++) {
+    range_t* r = &H.r[H.order[o]];
+    if (!r->profiled) continue;
+    objects++;
+    for (uint32_t p = 0, run = _ca_rocs_run(r->pages); p < r->pages && n < max; p += run) {
+      uint32_t pages = r->pages - p < run ? r->pages - p : run, sn = 0, l3n = 0, memn = 0, in = 0;
+      for (uint32_t q = 0; q < pages; q++) {
+        const ca_rocs_page_t* e = &H.prof[r->at + p + q];
+        sn += e->n, l3n += e->l3, memn += e->mem, in += e->in;
+      }
+      out[n++] = (ca_rocs_run_t){ (uint8_t)(sn ? memn * 100 / sn : 0), (uint8_t)(sn ? l3n * 100 / sn : 0), in * 2 > pages,
+                                  (uint8_t)(objects > 255 ? 255 : objects) };
+    }
+  }
+  _ca_unlock(&H.lock);
   return n;
 }
 

@@ -14,7 +14,8 @@
 
                  ring[RING] ──worker──> profile[page] = { n, beyond L2, from memory, in, step }
 
-     stack     after rocs_profile windows: the runs of large objects whose reloads come from
+     stack     after rocs_profile windows (more, up to ten times as many, until nine runs in
+               ten have reloads enough): the runs of large objects whose reloads come from
                memory at least a quarter of the time, most often first (_ca_rocs_key; the L3
                here keeps part of a stream bigger than itself, so a quarter already says that
                most of the run's reuse is lost to it).  A page that
@@ -68,6 +69,7 @@ static const ca_option_desc_t options[R_OPT_COUNT] = {
 #define RING     8192               /* reloads between two drains (a window traps fewer) */
 #define STACK    16384              /* pages in the stack at most (64 MiB) */
 #define HISTORY  72                 /* search configurations and settled scores kept for the report */
+#define PROFILE_RUNS 1024           /* runs of the address-space profile in the report */
 
 enum { ST_OFF, ST_PROFILE, ST_SEARCH, ST_SETTLED };
 static const char* const state_words[] = { "off", "profiling", "searching", "settled" };
@@ -94,6 +96,8 @@ static struct {
   struct { uint32_t k; double progress, stall; } history[HISTORY];   /* per configuration scored */
   double            last_progress, last_stall;
   bool              by_progress;
+  ca_rocs_run_t     before[PROFILE_RUNS];   /* the address-space profile the last search began with */
+  uint32_t          nbefore, covered;    /* ... and the percent of runs profiled enough then */
 } R;
 
 bool   _ca_rocs_on(void) { return opt[R_OPT_ON] != 0; }
@@ -251,10 +255,18 @@ void _ca_rocs_window(void) {
   case ST_PROFILE:
     if (!place(0)) { R.windows = 0; return; }                  /* a new phase: the buffer emptied first */
     if (R.windows < (uint32_t)opt[R_OPT_PROFILE]) return;
-    R.nstack = _ca_hot_rocs_candidates(R.stack, STACK, opt[R_OPT_L3] != 0);
+    {
+      uint32_t covered, runs;
+      R.nstack = _ca_hot_rocs_candidates(R.stack, STACK, opt[R_OPT_L3] != 0, &covered, &runs);
+      /* the windows go round the heap a few lanes at a time: a big object takes a while to be
+         covered (nine runs in ten profiled, or ten times rocs_profile windows at most) */
+      if (covered * 10 < runs * 9 && R.windows < 10 * (uint32_t)opt[R_OPT_PROFILE]) return;
+      R.covered = runs ? covered * 100 / runs : 0;
+    }
     R.profiles++;
     R.windows = 0;
     if (R.nstack == 0 || !buffer_sets()) return;               /* nothing to confine: profile on */
+    R.nbefore = _ca_hot_rocs_profile(R.before, PROFILE_RUNS);
     _ca_colour_prepare(R.set, R.nstack + 8, 0);                 /* frames for the buffer, stocked meanwhile */
     _ca_rocs_search_begin(&R.search, R.nstack, (uint32_t)opt[R_OPT_STEPS], (double)opt[R_OPT_MARGIN] / 100);
     R.searches++;
@@ -327,6 +339,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "reloads_memory", R.samples[4]);
   ca_buf_field_u64(b, "reloads_lost", T.lost);
   ca_buf_field_u64(b, "profiles", R.profiles);
+  ca_buf_field_u64(b, "profiled_pct", R.covered);
   ca_buf_field_u64(b, "stack_runs", R.nstack);
   ca_buf_field_u64(b, "searches", R.searches);
   ca_buf_field_u64(b, "chosen_runs", R.chosen);
@@ -336,6 +349,22 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "move_failures", R.move_failures);
   ca_buf_field_u64(b, "pages_gone", R.gone);
   ca_buf_field_u64(b, "phase_changes", R.phases);
+  /* the address-space profile, [object, % from memory, % beyond the L2, in the buffer] per run:
+     as the last search began, and now */
+  ca_rocs_run_t now[PROFILE_RUNS];
+  uint32_t nnow = _ca_hot_rocs_profile(now, PROFILE_RUNS);
+  for (int k = 0; k < 2; k++) {
+    const ca_rocs_run_t* v = k ? now : R.before;
+    ca_buf_str(b, k ? "],\"profile_now\":[" : ",\"profile_before\":[");
+    for (uint32_t i = 0, n = k ? nnow : R.nbefore; i < n; i++) {
+      ca_buf_str(b, i ? ",[" : "[");
+      ca_buf_u64(b, v[i].object); ca_buf_char(b, ',');
+      ca_buf_u64(b, v[i].mem); ca_buf_char(b, ',');
+      ca_buf_u64(b, v[i].beyond); ca_buf_char(b, ',');
+      ca_buf_u64(b, v[i].in); ca_buf_char(b, ']');
+    }
+  }
+  ca_buf_char(b, ']');
   /* [runs in the buffer, progress per CPU second (0: no progress calls), mean reload ticks] */
   ca_buf_str(b, ",\"scores\":[");
   for (uint32_t i = 0; i < R.history_n; i++) {

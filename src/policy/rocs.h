@@ -54,8 +54,9 @@ int      _ca_rocs_buffer_set(void);         /* the buffer's colour set (0: none 
 void     _ca_rocs_progress(unsigned long units);   /* chromalloc_progress */          /* large objects of this many pages and more are profiled */
 void     _ca_rocs_window(void);
 /* ... and hot.c gives it the pages: profiles noted (a batch of reloads), the candidates in
-   profiled ranges (runs of CA_ROCS_RUN pages, their counts summed) with their key, moves of a
-   profiled page under hot.c's busy guard */
+   profiled ranges (runs of _ca_rocs_run pages, their counts summed) with their key (and how many
+   of all `runs` have CA_ROCS_MIN_SAMPLES reloads: `covered`), moves of a profiled page under
+   hot.c's busy guard */
 typedef struct ca_rocs_sample_s { uintptr_t page; uint32_t ticks; int32_t level; } ca_rocs_sample_t;
 typedef struct ca_rocs_cand_s { uint8_t* page; uint32_t key, pages, done; } ca_rocs_cand_t;   /* a run; done: pages moved */
 #define CA_ROCS_RUN 16              /* pages profiled and moved together at least (a window traps a few per lane) */
@@ -66,9 +67,13 @@ static inline uint32_t _ca_rocs_run(uint32_t pages) {
   return r > CA_ROCS_RUN ? r : CA_ROCS_RUN;
 }
 void     _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n);
-uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3);
+uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uint32_t* covered, uint32_t* runs);
 void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per page sampled in the step; reset */
 int      _ca_hot_rocs_move(uint8_t* page, int set, bool in);   /* 1 moved, 0 not, -1 gone */
+/* the address-space profile for the report: the profiled objects' runs in address order, each
+   with its percent of reloads from memory and from beyond the L2, and whether ROCS moved it */
+typedef struct ca_rocs_run_s { uint8_t mem, beyond, in, object; } ca_rocs_run_t;
+uint32_t _ca_hot_rocs_profile(ca_rocs_run_t* out, uint32_t max);
 #pragma GCC visibility pop
 
 #endif
