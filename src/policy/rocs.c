@@ -15,22 +15,22 @@
                  ring[RING] ──worker──> profile[page] = { n, beyond L2, from memory, in, step }
 
      stack     after rocs_profile windows (more, up to ten times as many, until nine runs in
-               ten have reloads enough): the runs of large objects whose reloads come from
-               memory at least a quarter of the time, most often first (_ca_rocs_key; the L3
-               here keeps part of a stream bigger than itself, so a quarter already says that
-               most of the run's reuse is lost to it).  A page that
-               misses the L2 but hits the L3 is not a polluter here: confined to a slice of the
-               L2's colours it is confined to the same slice of the L3's sets, and its reuse
-               would then miss the L3 (rocs_l3=1 lets the search try them too).
-     search    the paper's Algorithm 1: k = 0, then the top step, 2 step ... pages of the stack
-               moved into the buffer (the colour layer's moves, at most rocs_budget a window),
-               each configuration scored over rocs_step windows; the best k stays, unless it
-               beats k = 0 by less than rocs_margin %, and the pages above it move back out.
+               ten have reloads enough): runs of a large object's pages (16, or 1/256 of the
+               object) whose reloads come from memory at least a quarter of the time, most
+               often first (_ca_rocs_key; the L3 here keeps part of a stream bigger than
+               itself).  A run that misses the L2 but hits the L3 is not a polluter: confined
+               to a slice of the L2's colours it is confined to the same slice of the L3's sets,
+               and its reuse would then miss the L3 (rocs_l3=1 lets the search try it too).
+     search    the paper's Algorithm 1: k = 0, then the top step, 2 step ... runs of the stack
+               moved into the buffer (the colour layer's moves, at most rocs_budget pages a
+               window), each configuration scored over rocs_step windows once its moves are
+               done; the best k stays, unless it beats k = 0 by less than rocs_margin %, and the
+               runs above it move back out.
      score     the paper measures IPC; these machines have no counter of instructions.  If the
-               program calls chromalloc_progress(units), its units per CPU second of its own
-               threads (the colour worker's stocking and moves left out); else the stand-in: minus the mean reload time per
-               page sampled in the step (an estimate of the stall per reference: every sampled
-               page counts once, whatever its access rate).
+               program calls chromalloc_progress(units): its units per CPU second of its own
+               threads (the colour worker's stocking and moves left out).  Else the stand-in:
+               minus the mean reload time per page sampled in the step (an estimate of the stall
+               per reference; every sampled page counts once, whatever its access rate).
      phases    once settled, each rocs_step windows are scored again; a score off the settled one
                by more than a third for three scores in a row is a new phase: the buffer is
                emptied and the profile and search run again.
