@@ -97,6 +97,18 @@ def prepare(name, configs, out):
     return out, work
 
 
+def finish(name, out, work, configs, table, doc, t0):
+    """The end of a cache-runtime benchmark (hot.py, locksets.py, rocs.py, this one): NAME.json,
+    `doc` with the command, the machine and the run's seconds, and the run's set file removed."""
+    allocs = [harness.Allocator(n, table[n][0], env=table[n][1], package="libmimalloc2.0" if n == "mimalloc" else None) for n in configs]
+    machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
+    machine["l2"] = l2_geometry()
+    harness.write_json(out / f"{name}.json", dict({"command": " ".join(sys.argv), "machine": machine}, **doc,
+                                                  seconds=time.monotonic() - t0))
+    for suffix in ("", ".part"):
+        Path(shm_path(work, "colour") + suffix).unlink(missing_ok=True)
+
+
 def launched(program, argv, preload, extra, work, key, stats):
     """one process through build/bench/launch, the environment cleared of chromalloc's and
     `extra` added: (stdout, stderr, launch's report, error, the statistics JSON or {})"""
@@ -303,14 +315,7 @@ def main():
     say("\nTargets (reported, not enforced):")
     for t in targets:
         say(f"  {'met ' if t['met'] else 'MISS'}  [{t['variant']}] {t['target']}: {t['value']}")
-    allocs = [harness.Allocator(n, table[n][0], env=table[n][1], package="libmimalloc2.0" if n == "mimalloc" else None) for n in args.configs]
-    machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
-    machine["l2"] = l2_geometry()
-    doc = {"command": " ".join(sys.argv), "machine": machine,
-           "summary": summary, "targets": targets,
-           "seconds": time.monotonic() - t0}
-    harness.write_json(out / "colour_start.json", doc)
-    Path(shm_path(work, "colour")).unlink(missing_ok=True)
+    finish("colour_start", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
     plot(rows, args, out / "colour_start.png")
     say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'colour_start.csv', ROOT)})")
 

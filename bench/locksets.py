@@ -48,7 +48,7 @@ import argparse, os, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt, listed
+from colour_start import prepare, finish, launched, saved, shm_path, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -239,15 +239,9 @@ def main():
         say(f"  {mark}  {t['target']}: {'-' if t['value'] is None else str(t['value']) + t.get('unit', 'x')}")
     if warned:
         say("  (the library warned about the option: colour-locksets may have run as colour-off)")
-    allocs = [harness.Allocator(n, table[n][0], env=table[n][1], package="libmimalloc2.0" if n == "mimalloc" else None) for n in args.configs]
-    machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
-    machine["l2"] = l2_geometry()
     stats = [{"kernel": r["kernel"], "pct": r["pct"], "rep": r["rep"], "locksets": r["locksets"]} for r in rows if "locksets" in r]
-    harness.write_json(out / "locksets.json", {"command": " ".join(sys.argv), "machine": machine, "summary": summary,
-                                               "targets": targets, "locksets_stats": stats, "option_warnings": warned,
-                                               "seconds": time.monotonic() - t0})
-    Path(shm_path(work, "colour")).unlink(missing_ok=True)
-    Path(shm_path(work, "colour") + ".part").unlink(missing_ok=True)
+    finish("locksets", out, work, args.configs, table,
+           {"summary": summary, "targets": targets, "locksets_stats": stats, "option_warnings": warned}, t0)
     plot(rows, jobs, args, out / "locksets.png")
     say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'locksets.csv', ROOT)})")
 

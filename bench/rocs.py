@@ -41,7 +41,7 @@ import argparse, os, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, launched, saved, shm_path, l2_geometry, med, fmt, listed
+from colour_start import prepare, finish, launched, saved, shm_path, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -200,12 +200,7 @@ def main():
     say("\nTargets (reported, not enforced):")
     for t in targets:
         say(f"  {'met ' if t['met'] else 'MISS'}  {t['target']}: {t['value']}")
-    allocs = [harness.Allocator(n, table[n][0], env=table[n][1], package="libmimalloc2.0" if n == "mimalloc" else None) for n in args.configs]
-    machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
-    machine["l2"] = l2_geometry()
-    harness.write_json(out / "rocs.json", {"command": " ".join(sys.argv), "machine": machine, "summary": summary,
-                                           "targets": targets, "seconds": time.monotonic() - t0})
-    Path(shm_path(work, "colour")).unlink(missing_ok=True)
+    finish("rocs", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
     plot(rows, args, out / "rocs.png")
     say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'rocs.csv', ROOT)})")
 
