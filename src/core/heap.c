@@ -301,7 +301,7 @@ void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const voi
   if (atomic_load_explicit(&h->delayed_free, ca_relaxed) != NULL) _ca_heap_delayed_free(h);
   for (uint32_t f = 1; f < CA_FLAVOURS && (h->generic_calls & 63) == 0; f++)
     if (h->flavours[f] && atomic_load_explicit(&h->flavours[f]->delayed_free, ca_relaxed)) _ca_heap_delayed_free(h->flavours[f]);
-  if (h->purge.first != NULL && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
+  if ((h->purge[0].first != NULL || h->purge[1].first != NULL) && (h->generic_calls & 15) == 0) _ca_segment_purge_expired(h, false);
   /* the allocator alone never comes here: no policy installed, no class routed */
   if (h->flavour == 0 && ca_unlikely(atomic_load_explicit(&_ca_route_gen, ca_relaxed) != 0)) {
     void* p = small_policy(h, n, frame, ret, policy);

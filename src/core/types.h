@@ -187,7 +187,8 @@ struct ca_heap_s {
   ca_span_queue_t      queues[CA_CLASS_MAX + 1];
   ca_segment_queue_t   segments[2];             /* SMALL, MEDIUM segments with free spans */
   ca_segment_queue_t   all;                     /* every segment this heap owns */
-  ca_span_queue_t      purge;                   /* free spans waiting to be purged (expiry order) */
+  ca_span_queue_t      purge[2];                /* SMALL, MEDIUM free spans waiting to be purged
+                                                   (expiry order) */
   ca_pacer_t           pacer;                   /* how long they wait */
   uint64_t             rng;                     /* xorshift state: span colours */
   uint32_t             colour[CA_CLASS_MAX];    /* next span's first-block offset per class */

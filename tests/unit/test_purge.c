@@ -2,10 +2,12 @@
    doubles on each refault within four waits of the purge, stops at 64x, ignores late reuse, and
    halves after 32 calm waits.  Then the same through the allocator: a large object freed,
    purged and taken again (a refault) makes the segment cache wait longer, and its pages come
-   back zero for calloc, also with no cache and with purging at once. */
+   back zero for calloc, also with no cache and with purging at once.  And a new span is the
+   one freed last while it is still committed, in whichever of the heap's segments it lies. */
 #include "check.h"
 #include "../../src/core/pacer.h"
 #include <malloc.h>
+#include <pthread.h>
 
 static void scripted(void) {
   _ca_options[CA_OPT_PURGE_DELAY] = 10;
@@ -47,6 +49,28 @@ static void zero_after_shrink(bool trim) {
   free(q);
 }
 
+/* In a fresh thread: fill three segments with 64 KiB spans of 3000-byte blocks, empty one span
+   of a full segment (its segment now comes first among those with room), then one of the last
+   segment.  The next new span (another class) is the second one, not a span of the first
+   segment and not a cold one. */
+#define SPAN_OF(p) ((uintptr_t)(p) >> 16)
+static void* newest_span(void* arg) {
+  (void)arg;
+  enum { N = 1600 };
+  static void* b[N];
+  for (int i = 0; i < N; i++) b[i] = malloc(3000);
+  uintptr_t full = SPAN_OF(b[40]), last = SPAN_OF(b[N - 40]);   /* first segment; the last one */
+  CHECK((full << 16 >> 21) != (last << 16 >> 21));
+  for (int i = 0; i < N; i++) if (SPAN_OF(b[i]) == full) { free(b[i]); b[i] = NULL; }
+  for (int i = 0; i < N; i++) if (b[i] != NULL && SPAN_OF(b[i]) == last) { free(b[i]); b[i] = NULL; }
+  void* p = malloc(5000);
+  if (SPAN_OF(p) != last) fprintf(stderr, "new span at %p: not the span freed last (%p) nor %p\n", p, (void*)(last << 16), (void*)(full << 16));
+  CHECK(SPAN_OF(p) == last);
+  free(p);
+  for (int i = 0; i < N; i++) free(b[i]);
+  return NULL;
+}
+
 static int cache_pace(void) {
   static char json[65536];
   chromalloc_stats_json(json, sizeof json);
@@ -58,6 +82,11 @@ int main(void) {
   require_chromalloc("test_purge");
   free(malloc(1));                                    /* options read */
   scripted();
+  _ca_options[CA_OPT_PURGE_DELAY] = 100000;           /* nothing is purged while it runs */
+  pthread_t t;
+  pthread_create(&t, NULL, newest_span, NULL);
+  pthread_join(t, NULL);
+  _ca_options[CA_OPT_PURGE_DELAY] = 10;
   zero_after_shrink(false);
   zero_after_shrink(true);
   /* through the cache: each free is purged by malloc_trim, and the next malloc takes it back at
