@@ -84,10 +84,12 @@ def suite(build):
     # hot pages: found and spread over the colours, within a move budget of 8 a period
     add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8"})
     add("partition", [exe("partition", "internal")])
-    # ROCS: the search's pieces, then its loop on a scripted stream (gain: confined; loss: given back)
+    # ROCS: the search's pieces, then its loop on a scripted stream (gain: confined; loss: given
+    # back; fixed: half the stack confined without a search)
     rocs = "rocs=1,nightwatch=0,hot_delay=0,hot_period=20,hot_overhead=100,rocs_profile=20,rocs_step=3,rocs_steps=4"
     add("rocs-gain", [exe("rocs", "internal"), "gain"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-loss", [exe("rocs", "internal"), "loss"], {"CHROMALLOC_OPTIONS": rocs})
+    add("rocs-fixed", [exe("rocs", "internal"), "fixed"], {"CHROMALLOC_OPTIONS": rocs + ",rocs_fixed=50"})
     # lock sets: what a thread allocates under a lock is spread over the colours (preloaded and
     # linked; a static link keeps glibc's own lock calls); off, nothing is
     ls = "locksets=1,hot_delay=0,hot_partition=0"

@@ -25,7 +25,8 @@
                moved into the buffer (the colour layer's moves, at most rocs_budget pages a
                window), each configuration scored over rocs_step windows once its moves are
                done; the best k stays, unless it beats k = 0 by less than rocs_margin %, and the
-               runs above it move back out.
+               runs above it move back out.  rocs_fixed=P confines the top P% without a search
+               (points of a sweep by hand, to check the search against).
      score     the paper measures IPC; these machines have no counter of instructions.  If the
                program calls chromalloc_progress(units): its units per CPU second of its own
                threads (the colour worker's stocking and moves left out).  Else the stand-in:
@@ -48,7 +49,7 @@
 #include <time.h>
 
 enum { R_OPT_ON, R_OPT_BUFFER, R_OPT_MIN, R_OPT_PROFILE, R_OPT_STEP, R_OPT_STEPS, R_OPT_BUDGET, R_OPT_MARGIN, R_OPT_L3,
-       R_OPT_COUNT };
+       R_OPT_FIXED, R_OPT_COUNT };
 static long opt[R_OPT_COUNT];
 static const ca_option_desc_t options[R_OPT_COUNT] = {
   [R_OPT_ON]      = { "rocs", 0, 0, 1, _ca_bool_words,
@@ -64,6 +65,9 @@ static const ca_option_desc_t options[R_OPT_COUNT] = {
   [R_OPT_MARGIN]  = { "rocs_margin", 5, 0, 100, NULL, "percent the best configuration must beat k = 0 by to be kept" },
   [R_OPT_L3]      = { "rocs_l3", 0, 0, 1, _ca_bool_words,
                       "1: pages reused through the L3 (missing the L2 only) join the stack too, below those from memory" },
+  [R_OPT_FIXED]   = { "rocs_fixed", -1, -1, 100, NULL,
+                      "percent of the stack moved into the buffer without a search (-1: search); for a sweep by hand "
+                      "(bench/rocs.py --sweep) to check the search against" },
 };
 
 #define RING     8192               /* reloads between two drains (a window traps fewer) */
@@ -268,11 +272,16 @@ void _ca_rocs_window(void) {
     if (R.nstack == 0 || !buffer_sets()) return;               /* nothing to confine: profile on */
     R.nbefore = _ca_hot_rocs_profile(R.before, PROFILE_RUNS);
     _ca_colour_prepare(R.set, R.nstack + 8, 0);                 /* frames for the buffer, stocked meanwhile */
+    R.history_n = 0;
+    (void)score();                                             /* the first configuration's measure starts */
+    if (opt[R_OPT_FIXED] >= 0) {                               /* a point of a sweep: no search, no phases */
+      R.chosen = (uint32_t)((uint64_t)R.nstack * (uint64_t)opt[R_OPT_FIXED] / 100);
+      R.state = ST_SETTLED;
+      return;
+    }
     _ca_rocs_search_begin(&R.search, R.nstack, (uint32_t)opt[R_OPT_STEPS], (double)opt[R_OPT_MARGIN] / 100);
     R.searches++;
-    R.history_n = 0;
     R.state = ST_SEARCH;
-    (void)score();                                             /* the baseline's measure starts */
     return;
   case ST_SEARCH:
     if (!place(R.search.k)) { (void)score(); R.windows = 0; return; }   /* moves first, measure after */
@@ -292,7 +301,7 @@ void _ca_rocs_window(void) {
     {
       double s = score();
       note(R.chosen);
-      if (!_ca_rocs_phase(&R.phase, s, 1.0 / 3, 3)) return;
+      if (opt[R_OPT_FIXED] >= 0 || !_ca_rocs_phase(&R.phase, s, 1.0 / 3, 3)) return;
     }
     R.phases++;
     R.chosen = 0;                                              /* empty the buffer, then profile anew */

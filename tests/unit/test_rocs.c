@@ -4,13 +4,14 @@
    1. The pieces, scripted: a page's profile and its decay, the stack's key (memory at least half
       the time; the L3's reuse only with rocs_l3), the search over known curves (it finds the
       best k; a gain below the margin keeps k = 0), a phase change only when it lasts.
-   2. The mechanism (argument `gain` or `loss`): one 4.5 MiB block, its first 4 MiB "streamed" (the
+   2. The mechanism (argument `gain`, `loss` or `fixed`): one 4.5 MiB block, its first 4 MiB "streamed" (the
       reload's level scripted as memory by a test hook) and the rest "reused" (the L2), touched
       every lap and checked for its pattern while another thread writes a count into the stream's
    pages and checks it (no write lost to a move); the program reports progress by a scripted curve of
       the runs ROCS has in the buffer.  `gain`: the more, the better: the whole stream ends in the
       buffer's colours (chromalloc_colour_of), the reused part never moved.  `loss`: the more, the
-      worse: the search keeps none, every page it tried is moved back out. */
+      worse: the search keeps none, every page it tried is moved back out.  `fixed` (rocs_fixed=50):
+      no search, half the stack in the buffer, nothing moved back out. */
 #include "check.h"
 #include "../../src/policy/rocs.h"
 #include <pthread.h>
@@ -120,7 +121,9 @@ static long stat_of(const char* buf, const char* name) {
   return at ? atol(at + strlen(key)) : -1;
 }
 
-static void mechanism(bool gain) {
+enum { GAIN, LOSS, FIXED };   /* FIXED: run with rocs_fixed=50, no search */
+static void mechanism(int mode) {
+  bool gain = mode != LOSS;
   static char buf[1 << 16];
   _ca_rocs_test_level(scripted_level);
   uint8_t* block = malloc((STREAM_PAGES + REUSED_PAGES + 1) * 4096);
@@ -170,10 +173,15 @@ static void mechanism(bool gain) {
   for (uint32_t p = 0; p < STREAM_PAGES; p++) { int c = chromalloc_colour_of(stream_lo + (size_t)p * 4096); confined += c >= 0 && c < buffer; }
   for (int i = 0; i < REUSED_PAGES; i++) moved_reused += chromalloc_colour_of(reused + (size_t)i * 4096) != colours_before[i];
   fprintf(stderr, "%s: stack %ld runs, chosen %ld, %d of %d stream pages in the buffer's %d colours (of %d), %ld laps\n",
-          gain ? "gain" : "loss", runs, chosen, confined, STREAM_PAGES, buffer, colours, laps);
+          mode == GAIN ? "gain" : mode == LOSS ? "loss" : "fixed", runs, chosen, confined, STREAM_PAGES, buffer, colours, laps);
   CHECK(known);
   CHECK_EQ(moved_reused, 0);
-  if (gain) {
+  if (mode == FIXED) {                                     /* half the stack, as set, without a search */
+    CHECK_EQ(stat_of(buf, "searches"), 0);
+    CHECK_EQ(chosen, runs * 50 / 100);
+    CHECK_EQ(stat_of(buf, "moved_out"), 0);
+    CHECK(confined >= chosen * (long)run * 95 / 100 && confined <= (chosen * (long)run + STREAM_PAGES / 4));
+  } else if (gain) {
     CHECK_EQ(chosen, runs);
     CHECK(confined >= chosen * (long)run * 95 / 100);
   } else {
@@ -187,6 +195,6 @@ static void mechanism(bool gain) {
 
 int main(int argc, char** argv) {
   pieces();
-  if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0);
+  if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0 ? GAIN : strcmp(argv[1], "loss") == 0 ? LOSS : FIXED);
   return check_done("rocs");
 }
