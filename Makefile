@@ -134,12 +134,13 @@ bench-locksets: lib
 	python3 bench/locksets.py
 
 # ROCS (docs/rocs.md): a stream and a reused third of the L2 in one allocation (4 MiB, held by the
-# L3, and 48 MiB, beyond it) under glibc, mimalloc, NightWatch alone and ROCS (scored by its
-# stand-in, by the program's progress, and with pages reused through the L3), against the same
-# stream placed in the buffer by hand, 7 repetitions of 15 s (about 35 minutes): bench/rocs.py.
+# L3, and 48 MiB, beyond it), CG- and swim-like kernels and two adversaries, under glibc, mimalloc,
+# NightWatch alone and ROCS (scored by its stand-in, by the program's progress, with pages reused
+# through the L3, and at 0, 50 and 100% of its stack without a search), 7 repetitions of 15 s
+# (about 1 h 50): bench/rocs.py.
 .PHONY: bench-rocs
 bench-rocs: lib
-	python3 bench/rocs.py
+	python3 bench/rocs.py --sweep 0,50,100
 
 # A short tour (under a minute): the allocator's index benchmark at a few sizes (chromalloc, its
 # index-unfriendly layout and whichever peers are installed), then the cache runtime protecting a

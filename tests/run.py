@@ -90,6 +90,8 @@ def suite(build):
     add("rocs-gain", [exe("rocs", "internal"), "gain"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-loss", [exe("rocs", "internal"), "loss"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-fixed", [exe("rocs", "internal"), "fixed"], {"CHROMALLOC_OPTIONS": rocs + ",rocs_fixed=50"})
+    # ... and with NightWatch on beside it (its slice holds the buffer's colours): the same outcome
+    add("rocs-nightwatch", [exe("rocs", "internal"), "gain"], {"CHROMALLOC_OPTIONS": rocs.replace("nightwatch=0,", "")})
     # lock sets: what a thread allocates under a lock is spread over the colours (preloaded and
     # linked; a static link keeps glibc's own lock calls); off, nothing is
     ls = "locksets=1,hot_delay=0,hot_partition=0"

@@ -14,8 +14,9 @@ extern const struct ca_layer_s _ca_layer_rocs;
 /* A page's profile, kept beside its heat in hot.c's arena: timed reloads at its traps by the
    level that served them (n in all, l3 from beyond the L2, mem from memory), halved together
    when n reaches CA_ROCS_DECAY (recent laps count most); `in`: in the pollute buffer (ROCS moved
-   it there); sn/ssum: the reloads of the search step under way, for the stand-in objective. */
-typedef struct ca_rocs_page_s { uint8_t n, l3, mem, in; uint16_t sn, pad; uint32_t ssum; } ca_rocs_page_t;
+   it there); `out`: moved to the other colours (out of the buffer's, once); sn/ssum: the reloads
+   of the search step under way, for the stand-in objective. */
+typedef struct ca_rocs_page_s { uint8_t n, l3, mem, in; uint16_t sn, out; uint32_t ssum; } ca_rocs_page_t;
 #define CA_ROCS_DECAY 32
 #define CA_ROCS_MIN_SAMPLES 3
 
@@ -70,6 +71,9 @@ void     _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n);
 uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uint32_t* covered, uint32_t* runs);
 void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per page sampled in the step; reset */
 int      _ca_hot_rocs_move(uint8_t* page, int set, bool in);   /* 1 moved, 0 not, -1 gone */
+/* pages of profiled objects reused through the L2 (most reloads hit it), neither in the buffer nor
+   moved out of its colours yet: the victims that share an object with what is confined */
+uint32_t _ca_hot_rocs_reused(uint8_t** out, uint32_t max);
 /* the address-space profile for the report: the profiled objects' runs in address order, each
    with its percent of reloads from memory and from beyond the L2, and whether ROCS moved it */
 typedef struct ca_rocs_run_s { uint8_t mem, beyond, in, object; } ca_rocs_run_t;
