@@ -1008,11 +1008,14 @@ uint32_t _ca_hot_rocs_reused(uint8_t** out, uint32_t max) {
   uint32_t n = 0;
   if (H.prof == NULL) return 0;
   _ca_lock(&H.lock);
-  for (uint32_t i = 0; i < H.n && n < max; i++)
-    for (uint32_t p = 0; H.r[i].profiled && p < H.r[i].pages && n < max; p++) {
-      const ca_rocs_page_t* e = &H.prof[H.r[i].at + p];
-      if (e->n >= CA_ROCS_MIN_SAMPLES && 2u * e->l3 < e->n && !e->in && !e->out) out[n++] = H.r[i].base + (size_t)p * CA_OS_PAGE;
-    }
+  for (int tier = 0; tier < 3; tier++)            /* L2 hits first, then the L3's, then memory's rarely */
+    for (uint32_t i = 0; i < H.n && n < max; i++)
+      for (uint32_t p = 0; H.r[i].profiled && p < H.r[i].pages && n < max; p++) {
+        const ca_rocs_page_t* e = &H.prof[H.r[i].at + p];
+        if (e->n < CA_ROCS_MIN_SAMPLES || e->in || e->out || 4u * e->mem >= e->n) continue;
+        int t = e->mem ? 2 : 2u * e->l3 < e->n ? 0 : 1;
+        if (t == tier) out[n++] = H.r[i].base + (size_t)p * CA_OS_PAGE;
+      }
   _ca_unlock(&H.lock);
   return n;
 }

@@ -242,10 +242,11 @@ static bool place(uint32_t k) {
 }
 
 /* While anything is in the buffer, the pages of the same objects whose data is reused through
-   the L2 (the victim beside the stream in one allocation) move to the other colours, once each:
-   1 in 16 of them lay in the buffer's colours and were evicted by what is confined there (the
-   victim's chase read 17-21 ns with the stream confined by hand, against 4 without it).  At
-   most twice the L2's pages in all: more cannot be reused through it. */
+   the caches (the victim beside the stream in one allocation) move to the other colours, once
+   each: 1 in 16 of them lay in the buffer's colours and were evicted by what is confined there
+   (the victim's chase read 17-21 ns with the stream confined by hand, against 4 without it).
+   Those evicted read from the L3, so reuse through the L3 counts too, after the L2's.  At most
+   twice the L2's pages in all: more cannot be reused through it. */
 static void guard(void) {
   static uint8_t* pages[512];
   size_t cap = 2 * _ca_machine_l2() / CA_OS_PAGE;

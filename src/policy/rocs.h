@@ -71,8 +71,10 @@ void     _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n);
 uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uint32_t* covered, uint32_t* runs);
 void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per page sampled in the step; reset */
 int      _ca_hot_rocs_move(uint8_t* page, int set, bool in);   /* 1 moved, 0 not, -1 gone */
-/* pages of profiled objects reused through the L2 (most reloads hit it), neither in the buffer nor
-   moved out of its colours yet: the victims that share an object with what is confined */
+/* pages of profiled objects whose data is reused through the caches (reloads from memory under a
+   quarter of the time: not the stack's), neither in the buffer nor moved out of its colours yet,
+   those that hit the L2 first, then the L3's: the victims that share an object with what is
+   confined (a victim page in the buffer's colours is evicted there, and reads from the L3) */
 uint32_t _ca_hot_rocs_reused(uint8_t** out, uint32_t max);
 /* the address-space profile for the report: the profiled objects' runs in address order, each
    with its percent of reloads from memory and from beyond the L2, and whether ROCS moved it */
