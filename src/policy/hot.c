@@ -984,16 +984,22 @@ uint32_t _ca_hot_rocs_profile(ca_rocs_run_t* out, uint32_t max) {
   return n;
 }
 
-/* a profiled page into the buffer's set or out of it, while the core cannot take its range back
-   nor a system call reach it (H.busy, as on_page); the old frame of a buffer page joins the
-   buffer's pool again (re-tested) */
-int _ca_hot_rocs_move(uint8_t* page, int set, bool in) {
+/* a profiled page into the buffer's set, back out of it, or away from its colours (how), while
+   the core cannot take its range back nor a system call reach it (H.busy, as on_page); the old
+   frame of a buffer page joins the buffer's pool again (re-tested) */
+int _ca_hot_rocs_move(uint8_t* page, int set, int how) {
+  bool in = how == CA_ROCS_IN;
   _ca_lock(&H.lock);
   range_t* r = range_of(page);
-  bool live = r != NULL && r->profiled;
-  if (live) H.busy = page;
+  long e = r != NULL && r->profiled ? entry_of(page) : -1;
+  /* a page of a run going in whose own reloads never came from memory is reused data beside
+     the stream (a big object's run is 1/256 of it: its last may hold the victim too); one going
+     back out that never went in has nothing to undo */
+  int skip = e < 0 ? -1 : in && H.prof[e].n > CA_ROCS_MIN_SAMPLES && H.prof[e].mem == 0 ? -2
+           : how == CA_ROCS_OUT && !H.prof[e].in ? -3 : 0;
+  if (skip == 0) H.busy = page;
   _ca_unlock(&H.lock);
-  if (!live) return -1;
+  if (skip != 0) return skip;
   int keep = in ? 0 : _ca_rocs_buffer_set();
   bool moved = _ca_recolour(page, CA_OS_PAGE, set, keep, keep > 0) == 1;
   _ca_lock(&H.lock);

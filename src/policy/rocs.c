@@ -95,7 +95,7 @@ static struct {
   uint64_t          progress_at, cpu_at;
   bool              reserved;
   /* statistics */
-  uint64_t          samples[5], profiles, searches, phases, moved_in, moved_out, move_failures, gone, guarded;
+  uint64_t          samples[5], profiles, searches, phases, moved_in, moved_out, move_failures, gone, guarded, spared;
   uint32_t          chosen, history_n;
   struct { uint32_t k; double progress, stall; } history[HISTORY];   /* per configuration scored */
   double            last_progress, last_stall;
@@ -226,13 +226,14 @@ static bool place(uint32_t k) {
     bool in = R.in < k;
     ca_rocs_cand_t* c = &R.stack[in ? R.in : R.in - 1];
     for (; c->done < c->pages && budget > 0; c->done++, budget--) {
-      int r = _ca_hot_rocs_move(c->page + (size_t)(in ? c->done : c->pages - 1 - c->done) * CA_OS_PAGE, in ? R.set : R.rest, in);
+      int r = _ca_hot_rocs_move(c->page + (size_t)(in ? c->done : c->pages - 1 - c->done) * CA_OS_PAGE, in ? R.set : R.rest,
+                                in ? CA_ROCS_IN : CA_ROCS_OUT);
       if (r == 0) {                                              /* no frame yet: more stock, and later */
         R.move_failures++;
         _ca_colour_prepare(in ? R.set : R.rest, (size_t)(c->pages - c->done) * (k > R.in ? k - R.in : R.in - k), 0);
         return false;
       }
-      if (r > 0) { if (in) R.moved_in++; else R.moved_out++; } else R.gone++;
+      if (r > 0) { if (in) R.moved_in++; else R.moved_out++; } else if (r == -2) R.spared++; else if (r == -1) R.gone++;
     }
     if (c->done < c->pages) break;
     c->done = 0;
@@ -246,17 +247,20 @@ static bool place(uint32_t k) {
    each: 1 in 16 of them lay in the buffer's colours and were evicted by what is confined there
    (the victim's chase read 17-21 ns with the stream confined by hand, against 4 without it).
    Those evicted read from the L3, so reuse through the L3 counts too, after the L2's.  At most
-   twice the L2's pages in all: more cannot be reused through it. */
-static void guard(void) {
+   twice the L2's pages in all: more cannot be reused through it.  True when it moved any: the
+   step's measure starts again (bounded: each page once). */
+static bool guard(void) {
   static uint8_t* pages[512];
   size_t cap = 2 * _ca_machine_l2() / CA_OS_PAGE;
-  if (R.in == 0 || R.guarded >= cap) return;
+  if (R.in == 0 || R.guarded >= cap) return false;
   uint32_t n = _ca_hot_rocs_reused(pages, (uint32_t)(opt[R_OPT_BUDGET] < 512 ? opt[R_OPT_BUDGET] : 512));
+  bool any = false;
   for (uint32_t i = 0; i < n && R.guarded < cap; i++) {
-    int r = _ca_hot_rocs_move(pages[i], R.rest, false);
-    if (r == 0) { R.move_failures++; _ca_colour_prepare(R.rest, n - i, 0); return; }
-    if (r > 0) R.guarded++;
+    int r = _ca_hot_rocs_move(pages[i], R.rest, CA_ROCS_AWAY);
+    if (r == 0) { R.move_failures++; _ca_colour_prepare(R.rest, n - i, 0); break; }
+    if (r > 0) { R.guarded++; any = true; }
   }
+  return any;
 }
 
 static bool buffer_sets(void) {
@@ -302,8 +306,7 @@ void _ca_rocs_window(void) {
     R.state = ST_SEARCH;
     return;
   case ST_SEARCH:
-    if (!place(R.search.k)) { (void)score(); R.windows = 0; return; }   /* moves first, measure after */
-    guard();
+    if (!place(R.search.k) || guard()) { (void)score(); R.windows = 0; return; }   /* moves first, measure after */
     if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
     {
       double s = score();
@@ -314,8 +317,7 @@ void _ca_rocs_window(void) {
     }
     return;
   case ST_SETTLED:
-    if (!place(R.chosen)) { (void)score(); R.windows = 0; return; }
-    guard();
+    if (!place(R.chosen) || guard()) { (void)score(); R.windows = 0; return; }
     if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
     R.windows = 0;
     {
@@ -378,6 +380,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "move_failures", R.move_failures);
   ca_buf_field_u64(b, "pages_gone", R.gone);
   ca_buf_field_u64(b, "reused_moved_out", R.guarded);
+  ca_buf_field_u64(b, "reused_spared", R.spared);
   ca_buf_field_u64(b, "phase_changes", R.phases);
   /* the address-space profile, [object, % from memory, % beyond the L2, in the buffer] per run:
      as the last search began, and now */

@@ -70,7 +70,9 @@ static inline uint32_t _ca_rocs_run(uint32_t pages) {
 void     _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n);
 uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uint32_t* covered, uint32_t* runs);
 void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per page sampled in the step; reset */
-int      _ca_hot_rocs_move(uint8_t* page, int set, bool in);   /* 1 moved, 0 not, -1 gone */
+enum { CA_ROCS_IN, CA_ROCS_OUT, CA_ROCS_AWAY };   /* into the buffer, back out, away from its colours */
+int      _ca_hot_rocs_move(uint8_t* page, int set, int how);   /* 1 moved, 0 no frame, -1 gone, -2 spared
+                                                                   (reused), -3 not in the buffer */
 /* pages of profiled objects whose data is reused through the caches (reloads from memory under a
    quarter of the time: not the stack's), neither in the buffer nor moved out of its colours yet,
    those that hit the L2 first, then the L3's: the victims that share an object with what is

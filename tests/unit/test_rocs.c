@@ -9,7 +9,8 @@
       every lap and checked for its pattern while another thread writes a count into the stream's
    pages and checks it (no write lost to a move); the program reports progress by a scripted curve of
       the runs ROCS has in the buffer.  `gain`: the more, the better: the whole stream ends in the
-      buffer's colours (chromalloc_colour_of), the reused part out of them.  `loss`: the more, the
+      buffer's colours (chromalloc_colour_of), the reused part out of them, and so do the pages
+      scripted as the L3's inside the stream (spared when their run goes in).  `loss`: the more, the
       worse: the search keeps none, every page it tried is moved back out.  `fixed` (rocs_fixed=50):
       no search, half the stack in the buffer, nothing moved back out. */
 #include "check.h"
@@ -90,8 +91,12 @@ static void pieces(void) {
 #define REUSED_PAGES 128
 static uint8_t* stream_lo;
 
+/* the stream's pages come from memory, but one in 64 from the L3 (reused data inside a run of
+   the stack: spared when the run goes in); the rest from the L2 */
+#define SPARED(p) ((p) % 64 == 5)
 static int scripted_level(uintptr_t page) {
-  return page >= (uintptr_t)stream_lo && page < (uintptr_t)stream_lo + STREAM_PAGES * 4096 ? 4 : 2;
+  if (page < (uintptr_t)stream_lo || page >= (uintptr_t)stream_lo + STREAM_PAGES * 4096) return 2;
+  return SPARED((page - (uintptr_t)stream_lo) / 4096) ? 3 : 4;
 }
 
 /* a writer meanwhile: a count in every stream page, each write checked at the next (a move that
@@ -151,7 +156,8 @@ static void mechanism(int mode) {
     look = now_ns() + 200000000u;
     chromalloc_stats_json(buf, sizeof buf);
     settled = strstr(buf, "\"rocs\":{\"state\":\"settled\"") != NULL &&
-              stat_of(buf, "runs_in_buffer") == stat_of(buf, "chosen_runs");   /* its moves done too */
+              stat_of(buf, "runs_in_buffer") == stat_of(buf, "chosen_runs") &&   /* its moves done too */
+              (mode == LOSS || stat_of(buf, "reused_moved_out") >= REUSED_PAGES * 3 / 4);   /* and the reused part's */
   }
   atomic_store(&stop_writer, true);
   pthread_join(wt, NULL);
@@ -167,10 +173,16 @@ static void mechanism(int mode) {
   uint32_t run = _ca_rocs_run(STREAM_PAGES + REUSED_PAGES + 1);
   CHECK_EQ(run, CA_ROCS_RUN);
   CHECK_EQ(_ca_rocs_run(CA_ROCS_RUNS * 48), 48);
-  CHECK(runs >= STREAM_PAGES / run * 7 / 8 && runs <= STREAM_PAGES / run);
+  /* one more when the block starts inside a page: the runs are then a page off the stream's, and
+     the one that straddles its end into the reused part may read as memory's a quarter of the time */
+  CHECK(runs >= STREAM_PAGES / run * 7 / 8 && runs <= STREAM_PAGES / run + 1);
   int colours = chromalloc_colour_count(), buffer = colours / (int)chromalloc_option("rocs_buffer");
-  int confined = 0, moved_reused = 0, reused_in = 0;
-  for (uint32_t p = 0; p < STREAM_PAGES; p++) { int c = chromalloc_colour_of(stream_lo + (size_t)p * 4096); confined += c >= 0 && c < buffer; }
+  int confined = 0, moved_reused = 0, reused_in = 0, spared_in = 0;
+  for (uint32_t p = 0; p < STREAM_PAGES; p++) {
+    int c = chromalloc_colour_of(stream_lo + (size_t)p * 4096);
+    confined += c >= 0 && c < buffer && !SPARED(p);
+    spared_in += c >= 0 && c < buffer && SPARED(p);
+  }
   for (int i = 0; i < REUSED_PAGES; i++) {
     int c = chromalloc_colour_of(reused + (size_t)i * 4096);
     moved_reused += c != colours_before[i];
@@ -183,8 +195,12 @@ static void mechanism(int mode) {
           guarded, reused_in, moved_reused);
   CHECK(known);
   /* the reused pages are never confined; while anything is, they move out of the buffer's colours */
-  CHECK(guarded >= 0 && guarded <= REUSED_PAGES && moved_reused <= guarded);
-  if (mode != LOSS) CHECK(guarded >= REUSED_PAGES * 3 / 4 && reused_in <= REUSED_PAGES - guarded);
+  CHECK(guarded >= 0 && guarded <= REUSED_PAGES + STREAM_PAGES / 64);   /* the reused part, the stream's L3 pages */
+  if (mode != LOSS) CHECK(guarded >= REUSED_PAGES * 3 / 4 && reused_in <= REUSED_PAGES + STREAM_PAGES / 64 - guarded);
+  /* the stream's L3 pages were not moved in with their runs (spared once profiled) */
+  if (mode == GAIN) CHECK(stat_of(buf, "reused_spared") > 0);   /* their runs are the stack's last */
+  if (spared_in > 2) fprintf(stderr, "%d of the stream's L3 pages in the buffer's colours\n", spared_in);
+  CHECK(spared_in <= 2);
   if (mode == FIXED) {                                     /* half the stack, as set, without a search */
     CHECK_EQ(stat_of(buf, "searches"), 0);
     CHECK_EQ(chosen, runs * 50 / 100);
