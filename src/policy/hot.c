@@ -992,10 +992,10 @@ int _ca_hot_rocs_move(uint8_t* page, int set, int how) {
   _ca_lock(&H.lock);
   range_t* r = range_of(page);
   long e = r != NULL && r->profiled ? entry_of(page) : -1;
-  /* a page of a run going in whose own reloads never came from memory is reused data beside
-     the stream (a big object's run is 1/256 of it: its last may hold the victim too); one going
-     back out that never went in has nothing to undo */
-  int skip = e < 0 ? -1 : in && H.prof[e].n > CA_ROCS_MIN_SAMPLES && H.prof[e].mem == 0 ? -2
+  /* a page of a run going in whose own reloads came from memory under a quarter of the time is
+     reused data beside the stream (a big object's run is 1/256 of it: its last may hold the
+     victim too); one going back out that never went in has nothing to undo */
+  int skip = e < 0 ? -1 : in && H.prof[e].n > CA_ROCS_MIN_SAMPLES && 4u * H.prof[e].mem < H.prof[e].n ? -2
            : how == CA_ROCS_OUT && !H.prof[e].in ? -3 : 0;
   if (skip == 0) H.busy = page;
   _ca_unlock(&H.lock);

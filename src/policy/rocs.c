@@ -24,9 +24,12 @@
      search    the paper's Algorithm 1: k = 0, then the top step, 2 step ... runs of the stack
                moved into the buffer (the colour layer's moves, at most rocs_budget pages a
                window), each configuration scored over rocs_step windows once its moves are
-               done; the best k stays, unless it beats k = 0 by less than rocs_margin %, and the
-               runs above it move back out.  rocs_fixed=P confines the top P% without a search
+               done (a page of a run whose own reloads are not memory's is spared); the
+               best k stays, unless it beats k = 0 by less than rocs_margin %, and the runs
+               above it move back out.  rocs_fixed=P confines the top P% without a search
                (points of a sweep by hand, to check the search against).
+     victims   while anything is in the buffer, the same objects' pages reused through the
+               caches move to the other colours, once each (guard: 1 in 16 lay in the buffer's).
      score     the paper measures IPC; these machines have no counter of instructions.  If the
                program calls chromalloc_progress(units): its units per CPU second of its own
                threads (the colour worker's stocking and moves left out).  Else the stand-in:
