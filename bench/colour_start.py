@@ -97,9 +97,19 @@ def prepare(name, configs, out):
     return out, work
 
 
+def say_targets(targets):
+    """the targets' lines: met, MISS, or blank for one only reported (met None); [variant] if any"""
+    say("\nTargets (reported, not enforced):")
+    for t in targets:
+        mark = "    " if t["met"] is None else "met " if t["met"] else "MISS"
+        tag = f"[{t['variant']}] " if "variant" in t else ""
+        say(f"  {mark}  {tag}{t['target']}: {t['value']}")
+
+
 def finish(name, out, work, configs, table, doc, t0):
-    """The end of a cache-runtime benchmark (hot.py, locksets.py, rocs.py, this one): NAME.json,
-    `doc` with the command, the machine and the run's seconds, and the run's set file removed."""
+    """The end of a cache-runtime benchmark (hot.py, locksets.py, rocs.py, this one), once its
+    plot is written: NAME.json, `doc` with the command, the machine and the run's seconds, the
+    run's set file removed, and the line that says where the rows are."""
     allocs = [harness.Allocator(n, table[n][0], env=table[n][1], package="libmimalloc2.0" if n == "mimalloc" else None) for n in configs]
     machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
     machine["l2"] = l2_geometry()
@@ -107,6 +117,7 @@ def finish(name, out, work, configs, table, doc, t0):
                                                   seconds=time.monotonic() - t0))
     for suffix in ("", ".part"):
         Path(shm_path(work, "colour") + suffix).unlink(missing_ok=True)
+    say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / (name + '.csv'), ROOT)})")
 
 
 def launched(program, argv, preload, extra, work, key, stats):
@@ -312,12 +323,9 @@ def main():
             over = sum(1 for r in col if (r.get("worker_cpu_ms") or 0) > 500)
             targets.append({"variant": v, "target": "colour: worker CPU at most 0.5 s per process",
                             "value": f"max {worst} ms, {over} of {len(col)} over", "met": over == 0})
-    say("\nTargets (reported, not enforced):")
-    for t in targets:
-        say(f"  {'met ' if t['met'] else 'MISS'}  [{t['variant']}] {t['target']}: {t['value']}")
-    finish("colour_start", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
+    say_targets(targets)
     plot(rows, args, out / "colour_start.png")
-    say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'colour_start.csv', ROOT)})")
+    finish("colour_start", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import argparse, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, finish, launched, saved, shm_path, l2_geometry, med, fmt, listed
+from colour_start import prepare, say_targets, finish, launched, saved, shm_path, l2_geometry, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -242,12 +242,9 @@ def main():
     if ov:
         targets.append({"target": "sampling overhead at most 1% (estimate; every process)", "value": f"max {max(ov):.2f}%",
                         "met": max(ov) <= 1.0})
-    say("\nTargets (reported, not enforced):")
-    for t in targets:
-        say(f"  {'met ' if t['met'] else 'MISS'}  {t['target']}: {t['value']}")
-    finish("hot", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
+    say_targets(targets)
     plot(rows, args, out / "hot.png")
-    say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'hot.csv', ROOT)})")
+    finish("hot", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
 
 
 if __name__ == "__main__":

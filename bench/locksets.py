@@ -240,10 +240,9 @@ def main():
     if warned:
         say("  (the library warned about the option: colour-locksets may have run as colour-off)")
     stats = [{"kernel": r["kernel"], "pct": r["pct"], "rep": r["rep"], "locksets": r["locksets"]} for r in rows if "locksets" in r]
+    plot(rows, jobs, args, out / "locksets.png")
     finish("locksets", out, work, args.configs, table,
            {"summary": summary, "targets": targets, "locksets_stats": stats, "option_warnings": warned}, t0)
-    plot(rows, jobs, args, out / "locksets.png")
-    say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'locksets.csv', ROOT)})")
 
 
 if __name__ == "__main__":

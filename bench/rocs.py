@@ -54,7 +54,7 @@ import argparse, os, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, finish, launched, saved, shm_path, med, fmt, listed
+from colour_start import prepare, say_targets, finish, launched, saved, shm_path, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -254,12 +254,9 @@ def main():
             rc = spearman([l for l, _ in points], [-t for _, t in points])
             targets.append({"target": f"{w}: the stand-in's rank correlation with laps per second over the sweep (reported)",
                             "value": round(rc, 2), "met": None})
-    say("\nTargets (reported, not enforced):")
-    for t in targets:
-        say(f"  {'    ' if t['met'] is None else 'met ' if t['met'] else 'MISS'}  {t['target']}: {t['value']}")
-    finish("rocs", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
+    say_targets(targets)
     plot(rows, args, out / "rocs.png")
-    say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / 'rocs.csv', ROOT)})")
+    finish("rocs", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
 
 
 if __name__ == "__main__":
