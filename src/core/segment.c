@@ -3,8 +3,9 @@
    A heap owns segments; those with a free span sit in heap->segments[kind] (kind = SMALL or
    MEDIUM), and all of them in heap->all.  A span freed inside a segment that is still in use
    waits on the heap's purge list of its kind (the next span of that kind is its newest) and is
-   given back to the OS (MADV_DONTNEED) after purge_delay ms unless it is reused first.  A segment whose spans are all free goes to the global segment
-   cache (kept mapped, purged after purge_delay ms, unmapped beyond `segment_cache` entries).
+   given back to the OS (MADV_DONTNEED) after purge_delay ms unless it is reused first.  A
+   segment whose spans are all free goes to the global segment cache (kept mapped, purged after
+   purge_delay ms, unmapped beyond `segment_cache` entries).
    A LARGE segment holds one object and belongs to no heap; it is cached the same way.
 
    When a thread exits, its heap's segments are abandoned to a global list (owner = NULL, spans
