@@ -120,6 +120,20 @@ def finish(name, out, work, configs, table, doc, t0):
     say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / (name + '.csv'), ROOT)})")
 
 
+def results(out, err, error):
+    """a process's RESULT key=values and the first figure of each SECOND line, and its error (no
+    RESULT line is one)"""
+    kv, secs = {}, []
+    for line in out.splitlines():
+        if line.startswith("RESULT"):
+            kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+        elif line.startswith("SECOND"):
+            secs.append(float(line.split("=", 1)[1].split()[0]))
+    if not kv and not error:
+        error = "no RESULT line: " + err.strip()[-300:]
+    return kv, secs, error
+
+
 def launched(program, argv, preload, extra, work, key, stats):
     """one process through build/bench/launch, the environment cleared of chromalloc's and
     `extra` added: (stdout, stderr, launch's report, error, the statistics JSON or {})"""

@@ -36,7 +36,7 @@ import argparse, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, say_targets, finish, launched, saved, shm_path, l2_geometry, med, fmt, listed
+from colour_start import results, prepare, say_targets, finish, launched, saved, shm_path, l2_geometry, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -73,14 +73,7 @@ def one(name, table, work, argv, key):
     row = {"config": name, "error": error}
     if rep:
         row.update(wall_s=rep[0], rss_mib=rep[1] / 1024)
-    kv, secs = {}, []
-    for line in out.splitlines():
-        if line.startswith("RESULT"):
-            kv = dict(x.split("=", 1) for x in line.split()[1:])
-        elif line.startswith("SECOND"):
-            secs.append(float(line.split("ns=")[1]))
-    if not kv and not error:
-        row["error"] = "no RESULT line: " + err.strip()[-300:]
+    kv, secs, row["error"] = results(out, err, error)
     for k in ("ns_from3s", "recall", "hot_pages", "cold_called_hot"):
         row[k] = float(kv[k]) if k in kv else None
     row["per_second"] = " ".join(f"{x:.3f}" for x in secs)

@@ -48,7 +48,7 @@ import argparse, os, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, finish, launched, saved, shm_path, med, fmt, listed
+from colour_start import results, prepare, finish, launched, saved, shm_path, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -95,14 +95,7 @@ def one(name, table, work, kernel, argv, key):
     row = {"config": name, "kernel": kernel, "metric": metric, "error": error}
     if rep:
         row.update(wall_s=rep[0], rss_mib=rep[1] / 1024, user_s=rep[3], sys_s=rep[4])
-    kv, secs = {}, []
-    for line in out.splitlines():
-        if line.startswith("RESULT"):
-            kv = dict(x.split("=", 1) for x in line.split()[2:] if "=" in x)
-        elif line.startswith("SECOND"):
-            secs.append(float(line.split("=", 1)[1]))
-    if not kv and not error:
-        row["error"] = "no RESULT line: " + err.strip()[-300:]
+    kv, secs, row["error"] = results(out, err, error)
     row["rate"] = float(kv.pop(f"{metric}_from3s")) if f"{metric}_from3s" in kv else None
     row["result"] = " ".join(f"{k}={v}" for k, v in kv.items())
     row["per_second"] = " ".join(f"{x:.0f}" for x in secs)

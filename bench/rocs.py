@@ -54,7 +54,7 @@ import argparse, os, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import prepare, say_targets, finish, launched, saved, shm_path, med, fmt, listed
+from colour_start import results, prepare, say_targets, finish, launched, saved, shm_path, med, fmt, listed
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -100,14 +100,7 @@ def one(name, table, work, program, argv, key):
     row = {"config": name, "error": error}
     if rep:
         row.update(wall_s=rep[0], rss_mib=rep[1] / 1024)
-    kv, secs = {}, []
-    for line in out.splitlines():
-        if line.startswith("RESULT"):
-            kv = dict(x.split("=", 1) for x in line.split()[1:])
-        elif line.startswith("SECOND"):
-            secs.append(float(line.split("=")[1].split()[0]))
-    if not kv and not error:
-        row["error"] = "no RESULT line: " + err.strip()[-300:]
+    kv, secs, row["error"] = results(out, err, error)
     row["chase_ns"] = float(kv["chase_ns_from5s"]) if "chase_ns_from5s" in kv else None
     row["laps_per_s"] = float(kv["laps_per_s_from5s"]) if kv else None
     row["per_second"] = " ".join(f"{x:.3f}" for x in secs)
