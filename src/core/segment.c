@@ -137,6 +137,7 @@ uint32_t _ca_segment_cache_pace(void) { return _ca_pacer_mult(&cache_pacer); }
 
 static void segment_cache_put(ca_segment_t* seg) {
   atomic_store_explicit(&seg->owner, NULL, ca_relaxed);
+  atomic_store_explicit(&seg->thread, NULL, ca_relaxed);
   seg->spans[0].flags = CA_SPAN_UNUSED;               /* a free() into it is invalid */
   if (seg->kind != CA_SEG_LARGE) seg->dirty = seg->size;   /* LARGE: the objects' extent (large.c) */
   seg->cached_at = _ca_clock_ms();
@@ -226,6 +227,7 @@ static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
     s->index = (uint16_t)i;
     s->flags = CA_SPAN_UNUSED;
   }
+  atomic_store_explicit(&seg->thread, h->main, ca_relaxed);
   atomic_store_explicit(&seg->owner, h, ca_release);
   allq_push_front(&h->all, seg);
   segq_push_front(&h->segments[kind], seg);
@@ -340,6 +342,7 @@ void _ca_segment_abandon(ca_heap_t* h) {
   uint64_t n = 0;
   ca_segment_t* last = seg;
   for (ca_segment_t* s = seg; s != NULL; s = s->all_next) {
+    atomic_store_explicit(&s->thread, NULL, ca_relaxed);
     atomic_store_explicit(&s->owner, NULL, ca_release);
     s->abandoned = 1;
     s->next = s->prev = NULL;
@@ -383,6 +386,7 @@ bool _ca_segment_reclaim(ca_heap_t* h) {
     any = true;
     seg->abandoned = 0;
     seg->all_next = seg->all_prev = NULL;
+    atomic_store_explicit(&seg->thread, h->main, ca_relaxed);
     atomic_store_explicit(&seg->owner, h, ca_release);
     allq_push_front(&h->all, seg);
     if (seg->spans_used < seg->span_count) segq_push_front(&h->segments[seg->kind], seg);

@@ -134,6 +134,9 @@ struct ca_segment_s {
                                           free() compares it with the thread's heap (not the
                                           thread id: a thread created after fork() may reuse a
                                           dead thread's id, never its heap) */
+  _Atomic(ca_heap_t*)  thread;         /* the owner's thread, named by its ordinary heap (owner->main):
+                                          free()'s "is it mine" test.  Reading owner->main instead
+                                          missed on the line the owner writes at every refill */
   size_t               size;           /* bytes mapped (2 MiB for SMALL/MEDIUM) */
   uint8_t              kind;           /* ca_segment_kind_t */
   uint8_t              span_shift;
@@ -142,11 +145,13 @@ struct ca_segment_s {
   uint8_t              purged;         /* cached and given back to the OS */
   uint8_t              abandoned;      /* on the abandoned list */
   uint32_t             span_count;
+  uint64_t             cached_at;      /* in the segment cache since (ms) */
+  uint64_t             purged_at;      /* cached: when it was given back (ms) */
+  /* the fields above fill the first cache line, which remote frees read: those below the owner
+     writes as spans come and go */
   uint32_t             spans_used;
   uint32_t             purged_spans;   /* spans given back while free, not used since (bits) */
   uint64_t             spans_purged_at;/* when the last of them was given back (ms) */
-  uint64_t             cached_at;      /* in the segment cache since (ms) */
-  uint64_t             purged_at;      /* cached: when it was given back (ms) */
   size_t               dirty;          /* bytes from the start that may be resident (LARGE: the
                                           objects' extent since the last purge) */
   ca_segment_t*        next;           /* heap's queue of segments with free spans / cache */
@@ -158,6 +163,7 @@ struct ca_segment_s {
   size_t               large_size;     /* usable bytes from large_ptr */
   ca_span_t            spans[CA_MAX_SPANS + 1];   /* +1: sentinel that is always UNUSED */
 };
+_Static_assert(offsetof(ca_segment_t, spans_used) == 64, "free()'s segment fields share no line with the owner's");
 
 /* purge pacing (pacer.h) */
 typedef struct ca_pacer_s {
