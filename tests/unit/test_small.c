@@ -14,6 +14,8 @@
    - NightWatch end to end (every sample monitored): a context streaming 3 L2s of 2 KiB
      messages per pass is judged a polluter and its size class routed, while the class of a
      hot table allocated next to it is not.
+   - a segment names its owner's thread for free(): the allocating thread, none once it exits,
+     and the thread that adopts it, whose frees of its blocks are then local (owner's list);
    The test runs itself again with CHROMALLOC_OPTIONS=nightwatch=0 (the first parts install
    their own policy and drive the monitor directly) and with nightwatch_monitor=1 (the last). */
 #include "check.h"
@@ -542,6 +544,34 @@ static int next_phase(int status, char* self, const char* options, char* phase) 
   return 1;
 }
 
+/* ---- the owner's thread -------------------------------------------------------------------- */
+
+enum { OWNED = 64 };
+static void* owned[OWNED];
+static void* alloc_owned(void* arg) {
+  for (int i = 0; i < OWNED; i++) owned[i] = malloc(176);
+  CHECK(atomic_load(&_ca_segment_of(owned[0])->thread) == _ca_heap);
+  return arg;
+}
+static void* adopt_owned(void* arg) {
+  void* volatile p = malloc(176);                     /* a new heap adopts what exited threads left */
+  free(p);
+  ca_segment_t* seg = _ca_segment_of(owned[0]);
+  CHECK(atomic_load(&seg->owner) == _ca_heap && atomic_load(&seg->thread) == _ca_heap);
+  free(owned[0]);
+  CHECK(_ca_span_of(seg, owned[0])->local_free == owned[0]);   /* a local free, not a remote one */
+  for (int i = 1; i < OWNED; i++) free(owned[i]);
+  return arg;
+}
+static void test_owner(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, alloc_owned, NULL);
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&_ca_segment_of(owned[0])->thread) == NULL);   /* abandoned */
+  pthread_create(&t, NULL, adopt_owned, NULL);
+  pthread_join(t, NULL);
+}
+
 int main(int argc, char** argv) {
   const char* opts = getenv("CHROMALLOC_OPTIONS");
   if (argc < 2) {
@@ -554,6 +584,7 @@ int main(int argc, char** argv) {
   (void)opts;
   free(malloc(1));
   if (strcmp(argv[1], "core") == 0) {
+    test_owner();
     test_sampling();
     test_routing();
     test_kept_order();
