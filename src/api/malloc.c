@@ -18,7 +18,7 @@ ca_export void free(void* p) { _ca_free(p); }
 
 static void* calloc_from(size_t n, const void* frame, const void* ret) {
   void* p = _ca_malloc_from(n, frame, ret);
-  if (p != NULL) memset(p, 0, n);
+  if (p != NULL) _ca_zero_block(p, n);
   return p;
 }
 

@@ -11,7 +11,7 @@
 
 void* _ca_calloc_slow(size_t n) {
   void* p = _ca_malloc(n);
-  if (p != NULL) memset(p, 0, n);
+  if (p != NULL) _ca_zero_block(p, n);
   return p;
 }
 

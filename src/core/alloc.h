@@ -41,6 +41,19 @@ static inline void* _ca_malloc_from(size_t n, const void* frame, const void* ret
   return ca_likely(p != NULL) ? p : _ca_malloc_generic_at(h, n, frame, ret);
 }
 
+/* calloc's zeroing of a span-class block malloc just returned: one carved from zero memory
+   (fresh or purged) and never handed out is zero but for its link (rptest: memset was 7.8% of
+   the samples, against mimalloc's 6.2%, which skips fresh pages the same way) */
+static inline void _ca_zero_block(void* p, size_t n) {
+  ca_segment_t* seg = (ca_segment_t*)(((uintptr_t)p - 1) & ~CA_SEGMENT_MASK);
+  if (_ca_hooks == NULL && seg->kind != CA_SEG_LARGE &&
+      (seg->spans[(((uintptr_t)p - (uintptr_t)seg) >> seg->span_shift) & (CA_MAX_SPANS - 1)].zero & CA_ZERO_LIST)) {
+    ((ca_block_t*)p)->next = NULL;
+    return;
+  }
+  memset(p, 0, n);
+}
+
 static inline __attribute__((always_inline)) void _ca_free(void* p) {
   /* the index is masked instead of bounds-checked: a wild pointer above 2^47 then names one of
      our segments, and fails the block test below (its offset from the span is no block's) */

@@ -135,6 +135,7 @@ static void span_restart(ca_heap_t* h, ca_span_t* s) {
   s->local_free = NULL;
   s->capacity = 0;
   s->installed = 0;
+  s->zero = 0;
 }
 
 void _ca_heap_span_retire(ca_heap_t* h, ca_span_t* s) {
@@ -320,6 +321,7 @@ void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const voi
 /* ---- adoption (segment reclaim) --------------------------------------------------------------- */
 
 void _ca_heap_adopt_span(ca_heap_t* h, ca_span_t* s) {
+  s->zero = 0;
   _ca_span_set_delay(s, CA_DELAY_NONE, true);
   s->flags &= (uint8_t)~CA_SPAN_FULL;
   _ca_span_local(s, h);

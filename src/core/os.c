@@ -91,7 +91,15 @@ bool _ca_os_move(void* from, void* to, size_t size) {
 
 void _ca_os_unmap(void* p, size_t size) { sys_munmap(p, size); }
 
-void _ca_os_purge(void* p, size_t size) { if (size != 0) sys_madvise(p, size, MADV_DONTNEED); }
+/* MADV_DONTNEED fails on locked memory (mlockall: real-time programs): the pages keep their
+   bytes, so from then on nothing purged is taken to be zero */
+static _Atomic(bool) purge_failed;
+bool _ca_os_purge(void* p, size_t size) {
+  if (size == 0 || sys_madvise(p, size, MADV_DONTNEED) == 0) return true;
+  atomic_store_explicit(&purge_failed, true, memory_order_relaxed);
+  return false;
+}
+bool _ca_os_purges_zero(void) { return !atomic_load_explicit(&purge_failed, memory_order_relaxed); }
 
 void _ca_os_thp(void* p, size_t size, bool on) { sys_madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE); }
 

@@ -38,7 +38,8 @@ void*    _ca_os_map(size_t size);                           /* NULL + errno ENOM
 void*    _ca_os_map_aligned(size_t size, size_t align);
 void     _ca_os_unmap(void* p, size_t size);
 void*    _ca_os_remap(void* p, size_t old_size, size_t size);  /* 2 MiB-aligned result or NULL */
-void     _ca_os_purge(void* p, size_t size);                /* give pages back, keep the range */
+bool     _ca_os_purge(void* p, size_t size);                /* give pages back, keep the range */
+bool     _ca_os_purges_zero(void);                         /* no purge has failed: purged pages read zero */
 void     _ca_os_thp(void* p, size_t size, bool on);
 bool     _ca_os_move(void* from, void* to, size_t size);    /* mremap: pages keep their frames */
 /* chromalloc's own system-call stub: the kernel's result, -errno on failure, never a wrapper

@@ -214,6 +214,7 @@ static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
   ca_segment_t* seg = segment_map(CA_SEGMENT_SIZE, &fresh);
   if (seg == NULL) return NULL;
   size_t size = seg->size;
+  bool zero = fresh || (seg->purged && _ca_os_purges_zero());
   memset(seg, 0, offsetof(ca_segment_t, spans));
   seg->size = size;
   seg->cookie = segment_cookie(seg);
@@ -221,10 +222,11 @@ static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
   seg->flavour = h->flavour;
   seg->span_shift = kind == CA_SEG_SMALL ? CA_SMALL_SHIFT : CA_MEDIUM_SHIFT;
   seg->span_count = (uint32_t)(CA_SEGMENT_SIZE >> seg->span_shift);
+  seg->clean_spans = zero ? (uint32_t)((1ull << seg->span_count) - 1) : 0;
   for (uint32_t i = 0; i <= CA_MAX_SPANS; i++) {
     ca_span_t* s = &seg->spans[i];
     memset(s, 0, sizeof *s);
-    s->index = (uint16_t)i;
+    s->index = (uint8_t)i;
     s->flags = CA_SPAN_UNUSED;
   }
   atomic_store_explicit(&seg->thread, h->main, ca_relaxed);
@@ -254,6 +256,7 @@ ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
   if (pick != NULL) {
     seg = _ca_span_segment(pick);
     purge_remove(h, pick);
+    pick->zero = 0;
   } else {
     seg = h->segments[kind].first;
     if (seg == NULL) seg = segment_new(h, kind);
@@ -267,7 +270,9 @@ ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
       seg->purged_spans &= ~(1u << pick->index);
       _ca_pacer_reused(&h->pacer, seg->spans_purged_at, _ca_clock_ms());
     }
+    pick->zero = ((seg->clean_spans >> pick->index) & 1) && _ca_hooks == NULL ? CA_ZERO_TAIL : 0;
   }
+  seg->clean_spans &= ~(1u << pick->index);
   pick->flags = 0;
   if (++seg->spans_used == seg->span_count) segq_remove(&h->segments[kind], seg);
   _ca_segment_cache_purge(false);
@@ -276,7 +281,7 @@ ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
 
 /* Give a free span's memory back to the OS. */
 static void span_purge(ca_segment_t* seg, ca_span_t* s, uint64_t now) {
-  _ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s));
+  if (_ca_os_purge(_ca_span_base(seg, s), _ca_span_bytes(seg, s))) seg->clean_spans |= 1u << s->index;
   _ca_stat_inc(&_ca_stats.purges, 1);
   _ca_stat_inc(&_ca_stats.purged_bytes, _ca_span_bytes(seg, s));
   seg->purged_spans |= 1u << s->index;
@@ -288,6 +293,7 @@ void _ca_segment_span_free(ca_heap_t* h, ca_span_t* s) {
   ca_segment_t* seg = _ca_span_segment(s);
   s->flags = CA_SPAN_UNUSED;
   s->local = NULL;
+  s->zero = 0;
   s->free = s->local_free = NULL;
   s->capacity = 0;
   CA_HOOK(span_released, _ca_span_base(seg, s), _ca_span_bytes(seg, s), s->flavour);
@@ -442,7 +448,7 @@ ca_segment_t* _ca_segment_large_alloc(size_t need, size_t align, size_t* offset)
     if (!fresh) _ca_stat_inc(&_ca_stats.large_cached_reuse, 1);
   }
   size = seg->size;
-  bool zero = fresh || seg->purged;
+  bool zero = fresh || (seg->purged && _ca_os_purges_zero());
   size_t dirty = seg->dirty;                           /* pages beyond it are known zero */
   memset(seg, 0, offsetof(ca_segment_t, spans) + 2 * sizeof(ca_span_t));
   seg->size = size;

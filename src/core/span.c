@@ -38,6 +38,7 @@ void _ca_span_extend(ca_span_t* s) {
   uint32_t n = bsize >= CA_OS_PAGE ? 1 : (uint32_t)(CA_OS_PAGE / bsize);
   if (n > s->reserved - s->capacity) n = s->reserved - s->capacity;
   if (n == 0) return;
+  if (s->zero & CA_ZERO_TAIL) s->zero = s->free == NULL ? CA_ZERO_TAIL | CA_ZERO_LIST : CA_ZERO_TAIL;
   uint8_t* first = s->start + (size_t)s->capacity * bsize;
   uint8_t* p = first;
   for (uint32_t i = 1; i < n; i++, p += bsize) ((ca_block_t*)p)->next = (ca_block_t*)(p + bsize);
@@ -63,6 +64,7 @@ void _ca_span_collect(ca_span_t* s) {
       s->local_free = NULL;
       s->capacity = 0;
       s->used = 0;
+      s->zero = 0;                        /* carved again over its old bytes */
       return;
     }
     ca_block_t* tail = head;
@@ -76,6 +78,7 @@ void _ca_span_collect(ca_span_t* s) {
   if (s->free == NULL && s->local_free != NULL) {
     s->free = s->local_free;
     s->local_free = NULL;
+    s->zero &= (uint8_t)~CA_ZERO_LIST;
   }
 }
 

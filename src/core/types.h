@@ -78,6 +78,10 @@ typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_
 #define CA_SPAN_UNUSED     0x04    /* not allocated to any size class */
 #define CA_SPAN_POLICY     0x08    /* holds a policy's page (_ca_malloc_page): frees reach the policy */
 
+/* span.zero, kept only while no hooks are installed (the colour layer's pages carry bytes) */
+#define CA_ZERO_TAIL       0x01    /* memory past the carved blocks is zero (fresh or purged) */
+#define CA_ZERO_LIST       0x02    /* `free` holds only blocks carved from it: zero but for `next` */
+
 /* delayed-free state in the low bits of span.thread_free */
 #define CA_DELAY_NONE      0       /* remote frees push onto thread_free */
 #define CA_DELAY_USE       1       /* span is full: next remote free goes to heap->delayed_free */
@@ -119,7 +123,8 @@ typedef struct ca_span_s {
   uint32_t             capacity;       /* blocks carved so far (lazy, page by page) */
   uint32_t             block_size;     /* stride */
   uint16_t             reserved;       /* blocks that fit (at most 64 KiB / 16) */
-  uint16_t             index;          /* position in segment->spans */
+  uint8_t              index;          /* position in segment->spans */
+  uint8_t              zero;           /* CA_ZERO_*: what of its memory is known zero (calloc) */
   uint16_t             installed;      /* stats: length of `free` when last installed */
   uint16_t             used_seen;      /* stats: `used` when last accounted */
   struct ca_span_s*    next;           /* heap queue, or segment free/purge list */
@@ -151,6 +156,7 @@ struct ca_segment_s {
      writes as spans come and go */
   uint32_t             spans_used;
   uint32_t             purged_spans;   /* spans given back while free, not used since (bits) */
+  uint32_t             clean_spans;    /* free spans whose memory is zero: never used, or purged (bits) */
   uint64_t             spans_purged_at;/* when the last of them was given back (ms) */
   size_t               dirty;          /* bytes from the start that may be resident (LARGE: the
                                           objects' extent since the last purge) */

@@ -3,11 +3,17 @@
    halves after 32 calm waits.  Then the same through the allocator: a large object freed,
    purged and taken again (a refault) makes the segment cache wait longer, and its pages come
    back zero for calloc, also with no cache and with purging at once.  And a new span is the
-   one freed last while it is still committed, in whichever of the heap's segments it lies. */
+   one freed last while it is still committed, in whichever of the heap's segments it lies.
+   calloc skips the memset of blocks carved from zero memory (fresh or purged) and reads zero
+   every time: fresh, reused unpurged, purged, and in a child whose memory is locked (mlockall:
+   purges fail there, and nothing purged is then taken to be zero). */
 #include "check.h"
 #include "../../src/core/pacer.h"
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <errno.h>
 
 static void scripted(void) {
   _ca_options[CA_OPT_PURGE_DELAY] = 10;
@@ -71,6 +77,52 @@ static void* newest_span(void* arg) {
   return NULL;
 }
 
+static uint8_t zero_state(void* p) { return _ca_span_of(_ca_segment_of(p), p)->zero; }
+
+/* n callocs of 208 bytes (a class nothing else here uses): the count of nonzero bytes, and the
+   last block's span state; then each block is dirtied and freed */
+static long calloc_round(int n, uint8_t* state_last) {
+  static unsigned char* b[3000];
+  long bad = 0;
+  for (int i = 0; i < n; i++) {
+    b[i] = calloc(1, 208);
+    *state_last = zero_state(b[i]);
+    for (int j = 0; j < 208; j++) bad += b[i][j] != 0;
+  }
+  for (int i = 0; i < n; i++) { memset(b[i], 0xA5, 208); free(b[i]); }
+  return bad;
+}
+
+static void calloc_zero(void) {
+  const ca_hooks_t* hooks = _ca_hooks;                 /* as in the allocator alone: the colour */
+  _ca_hooks = NULL;                                    /* layer's pages carry bytes, so it memsets */
+  long delay = _ca_options[CA_OPT_PURGE_DELAY];
+  _ca_options[CA_OPT_PURGE_DELAY] = 100000;            /* purged only when the test says */
+  uint8_t st;
+  CHECK_EQ(calloc_round(3000, &st), 0);                /* fresh memory */
+  CHECK(st & CA_ZERO_LIST);                            /* and the memset was skipped */
+  CHECK_EQ(calloc_round(3000, &st), 0);                /* the same blocks, dirty */
+  CHECK(!(st & CA_ZERO_LIST));
+  _ca_segment_purge_expired(_ca_heap, true);           /* their spans purged */
+  CHECK_EQ(calloc_round(3000, &st), 0);
+  CHECK(st & CA_ZERO_LIST);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) { fprintf(stderr, "mlockall: %s: locked memory not tested\n", strerror(errno)); _exit(0); }
+    CHECK_EQ(calloc_round(3000, &st), 0);
+    _ca_segment_purge_expired(_ca_heap, true);         /* fails: the pages are locked */
+    CHECK(!_ca_os_purges_zero());
+    CHECK_EQ(calloc_round(3000, &st), 0);
+    CHECK(!(st & CA_ZERO_LIST));
+    _exit(check_done("test_purge (locked memory)"));
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  _ca_hooks = hooks;
+  _ca_options[CA_OPT_PURGE_DELAY] = delay;
+}
+
 static int cache_pace(void) {
   static char json[65536];
   chromalloc_stats_json(json, sizeof json);
@@ -89,6 +141,7 @@ int main(void) {
   _ca_options[CA_OPT_PURGE_DELAY] = 10;
   zero_after_shrink(false);
   zero_after_shrink(true);
+  calloc_zero();
   /* through the cache: each free is purged by malloc_trim, and the next malloc takes it back at
      once (after the first, which finds the last calloc's segment warm): two refaults */
   _ca_options[CA_OPT_PURGE_DELAY] = 1000;            /* refaults within 4 s, calm after 32 s: no luck */
