@@ -45,9 +45,8 @@ static inline void* _ca_malloc_from(size_t n, const void* frame, const void* ret
    (fresh or purged) and never handed out is zero but for its link (rptest: memset was 7.8% of
    the samples, against mimalloc's 6.2%, which skips fresh pages the same way) */
 static inline void _ca_zero_block(void* p, size_t n) {
-  ca_segment_t* seg = (ca_segment_t*)(((uintptr_t)p - 1) & ~CA_SEGMENT_MASK);
-  if (_ca_hooks == NULL && seg->kind != CA_SEG_LARGE &&
-      (seg->spans[(((uintptr_t)p - (uintptr_t)seg) >> seg->span_shift) & (CA_MAX_SPANS - 1)].zero & CA_ZERO_LIST)) {
+  ca_segment_t* seg = (ca_segment_t*)(_ca_segment_index(p) << CA_SEGMENT_SHIFT);   /* malloc's: ours */
+  if (_ca_hooks == NULL && seg->kind != CA_SEG_LARGE && (_ca_span_of(seg, p)->zero & CA_ZERO_LIST)) {
     ((ca_block_t*)p)->next = NULL;
     return;
   }

@@ -270,7 +270,7 @@ ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
       seg->purged_spans &= ~(1u << pick->index);
       _ca_pacer_reused(&h->pacer, seg->spans_purged_at, _ca_clock_ms());
     }
-    pick->zero = ((seg->clean_spans >> pick->index) & 1) && _ca_hooks == NULL ? CA_ZERO_TAIL : 0;
+    pick->zero = (seg->clean_spans >> pick->index) & 1 ? CA_ZERO_TAIL : 0;
   }
   seg->clean_spans &= ~(1u << pick->index);
   pick->flags = 0;

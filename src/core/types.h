@@ -78,7 +78,7 @@ typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_
 #define CA_SPAN_UNUSED     0x04    /* not allocated to any size class */
 #define CA_SPAN_POLICY     0x08    /* holds a policy's page (_ca_malloc_page): frees reach the policy */
 
-/* span.zero, kept only while no hooks are installed (the colour layer's pages carry bytes) */
+/* span.zero, trusted by calloc only while no hooks are installed (the colour layer's pages carry bytes) */
 #define CA_ZERO_TAIL       0x01    /* memory past the carved blocks is zero (fresh or purged) */
 #define CA_ZERO_LIST       0x02    /* `free` holds only blocks carved from it: zero but for `next` */
 
