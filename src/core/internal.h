@@ -199,7 +199,8 @@ typedef struct ca_stats_s {
   _Atomic(int64_t)  peak[CA_CLASS_MAX];
   _Atomic(uint64_t) allocs[CA_CLASS_MAX];     /* flushed from heaps at thread exit / report */
   _Atomic(int64_t)  segments, segments_peak;  /* SMALL/MEDIUM segments mapped */
-  _Atomic(uint64_t) segments_mapped;          /* total mmaps of segments (incl. large) */
+  _Atomic(uint64_t) segments_mapped;          /* segments mapped fresh, in all (incl. large) */
+  _Atomic(uint64_t) reservations;             /* mmaps that 2 MiB segments are carved from */
   _Atomic(uint64_t) segments_reclaimed, segments_abandoned;
   _Atomic(uint64_t) large_allocs;
   _Atomic(int64_t)  large_live, large_live_bytes, large_peak_bytes;

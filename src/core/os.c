@@ -67,6 +67,16 @@ void* _ca_os_map_aligned(size_t size, size_t align) {
   return a;
 }
 
+/* Map `size` bytes at `want` if that range is free (MAP_FIXED_NOREPLACE; a kernel that does not
+   know the flag treats `want` as a hint, so the address is checked), else NULL. */
+void* _ca_os_map_at(void* want, size_t size) {
+  long r = _ca_syscall6(SYS_mmap, (long)want, (long)size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (r < 0 && r > -4096) return NULL;
+  if ((void*)r != want) { sys_munmap((void*)r, size); return NULL; }
+  return want;
+}
+
 /* Grow a 2 MiB-aligned mapping to `size` bytes: in place if the address space after it is free,
    else moved (not copied) into a fresh aligned range.  NULL when neither works. */
 void* _ca_os_remap(void* p, size_t old_size, size_t size) {

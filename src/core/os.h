@@ -36,6 +36,7 @@
 
 void*    _ca_os_map(size_t size);                           /* NULL + errno ENOMEM on failure */
 void*    _ca_os_map_aligned(size_t size, size_t align);
+void*    _ca_os_map_at(void* want, size_t size);             /* there or NULL (errno kept) */
 void     _ca_os_unmap(void* p, size_t size);
 void*    _ca_os_remap(void* p, size_t old_size, size_t size);  /* 2 MiB-aligned result or NULL */
 bool     _ca_os_purge(void* p, size_t size);                /* give pages back, keep the range */

@@ -23,6 +23,19 @@ static size_t        cache_count;
 static _Atomic(uint64_t) cache_next_purge; /* earliest time a cached or abandoned segment
                                                needs purging */
 
+/* 2 MiB segments are carved from reservations of several (4 MiB, doubling to 32 MiB; untouched
+   pages cost no memory).  A thread that maps memory blocks the other threads' page faults in the
+   mapping it changes, and the kernel wakes the one that waited on its waker's CPU: rptest's two
+   threads then shared one CPU for most of a round while the other idled.  So: one mmap for many
+   segments, and each reservation 2 MiB below the last one, never next to it, where the kernel
+   would merge the two into one mapping and lock the one in use. */
+#define CA_RESERVE_MIN     ((size_t)4 << 20)
+#define CA_RESERVE_MAX     ((size_t)32 << 20)
+static uint8_t*      reserve_next;         /* under cache_lock */
+static uint8_t*      reserve_end;
+static uint8_t*      reserve_start;
+static size_t        reserve_size;
+
 static ca_lock_t     abandoned_lock;
 static ca_segment_t* abandoned_first;
 
@@ -165,6 +178,32 @@ static void segment_cache_put(ca_segment_t* seg) {
   if (evict) segment_unmap(evict);
 }
 
+/* A fresh 2 MiB segment from the reservation (cache_lock held); under an address-space limit
+   the reservation shrinks back to one segment. */
+static ca_segment_t* segment_carve(void) {
+  if (reserve_next == reserve_end) {
+    size_t n = reserve_size ? 2 * reserve_size : CA_RESERVE_MIN;
+    if (n > CA_RESERVE_MAX) n = CA_RESERVE_MAX;
+    uint8_t* p = NULL;
+    if (reserve_start != NULL && (uintptr_t)reserve_start > n + 2 * CA_SEGMENT_SIZE)
+      p = _ca_os_map_at(reserve_start - CA_SEGMENT_SIZE - n, n);
+    while (p == NULL && (p = _ca_os_map_aligned(n, CA_SEGMENT_SIZE)) == NULL && n > CA_SEGMENT_SIZE) n /= 2;
+    if (p == NULL) return NULL;
+    if (((uintptr_t)(p + n - 1) >> 47) != 0) {       /* outside the segment map: give it back */
+      _ca_os_unmap(p, n);
+      errno = ENOMEM;
+      return NULL;
+    }
+    reserve_start = reserve_next = p;
+    reserve_end = p + n;
+    reserve_size = n;
+    _ca_stat_inc(&_ca_stats.reservations, 1);
+  }
+  ca_segment_t* seg = (ca_segment_t*)reserve_next;
+  reserve_next += CA_SEGMENT_SIZE;
+  return seg;
+}
+
 /* A mapping of `size` bytes (a multiple of 2 MiB, 2 MiB aligned): the smallest cached one that
    is not more than twice as big (its unused dirty tail is purged), else a new mapping.  The
    header, and `dirty` (kept across reuse), are left for the caller. */
@@ -180,6 +219,7 @@ static ca_segment_t* segment_map(size_t size, bool* fresh) {
     cache_unlink(best);
     if (best->purged) _ca_pacer_reused(&cache_pacer, best->purged_at, _ca_clock_ms());
   }
+  ca_segment_t* seg = best == NULL && size == CA_SEGMENT_SIZE ? segment_carve() : NULL;
   _ca_unlock(&cache_lock);
   if (best) {
     if (!best->purged && best->size > size && best->dirty > size) {
@@ -189,13 +229,15 @@ static ca_segment_t* segment_map(size_t size, bool* fresh) {
     *fresh = false;
     return best;
   }
-  ca_segment_t* seg = _ca_os_map_aligned(size, CA_SEGMENT_SIZE);
-  if (seg == NULL) return NULL;
-  if (((uintptr_t)seg >> 47) != 0) {                  /* outside the segment map: give it back */
-    _ca_os_unmap(seg, size);
-    errno = ENOMEM;
-    return NULL;
+  if (seg == NULL && size > CA_SEGMENT_SIZE) {
+    seg = _ca_os_map_aligned(size, CA_SEGMENT_SIZE);
+    if (seg != NULL && ((uintptr_t)seg >> 47) != 0) {   /* outside the segment map */
+      _ca_os_unmap(seg, size);
+      errno = ENOMEM;
+      seg = NULL;
+    }
   }
+  if (seg == NULL) return NULL;
   if (_ca_opt(CA_OPT_THP)) _ca_os_thp(seg, size, true);
   seg->size = size;
   seg->dirty = CA_HEADER_SIZE;

@@ -148,6 +148,7 @@ void _ca_stats_json(ca_buf_t* b) {
   kv_i(b, "current", ld(&_ca_stats.segments), true);
   kv_i(b, "peak", ld(&_ca_stats.segments_peak), true);
   kv_i(b, "mapped_total", (int64_t)ldu(&_ca_stats.segments_mapped), true);
+  kv_i(b, "reservations", (int64_t)ldu(&_ca_stats.reservations), true);
   kv_i(b, "abandoned", (int64_t)ldu(&_ca_stats.segments_abandoned), true);
   kv_i(b, "reclaimed", (int64_t)ldu(&_ca_stats.segments_reclaimed), false);
   ca_buf_str(b, "},\"memory\":{");

@@ -4,7 +4,8 @@
    segments), and later threads adopt those segments instead of mapping new ones; (3) the statistics count every
    block once through all that; (4) a span whose every block another thread freed starts again
    from its first block: the owner's next blocks come in address order, not in the reverse order
-   of the frees, and the span's lists are not walked. */
+   of the frees, and the span's lists are not walked; (5) fresh 2 MiB segments come many to one
+   mmap (reservations), not one mmap (and a trim) each. */
 #include "check.h"
 #include <pthread.h>
 #include <stddef.h>
@@ -32,6 +33,18 @@ static void* leave(void* arg) {
 
 int main(void) {
   require_chromalloc("test_threads");
+  {                                   /* (5) first, while the segment cache is empty: 64 MiB held */
+    enum { M = 4096 };
+    static void* big[M];
+    long long mapped0 = stats_value("segments", "mapped_total"), res0 = stats_value("segments", "reservations");
+    for (int i = 0; i < M; i++) { big[i] = malloc(16384); memset(big[i], 1, 64); }
+    long long mapped = stats_value("segments", "mapped_total") - mapped0;
+    long long res = stats_value("segments", "reservations") - res0;
+    fprintf(stderr, "reservations: %lld fresh segments from %lld reservations\n", mapped, res);
+    CHECK(mapped >= 30);
+    CHECK(res >= 1 && res <= 6);
+    for (int i = 0; i < M; i++) free(big[i]);
+  }
   for (int i = 0; i < 5; i++) { pthread_t t; pthread_create(&t, NULL, churn, NULL); pthread_join(t, NULL); }
   long long base = stats_value("segments", "current");
   long long reused0 = stats_value("threads", "heaps_reused");
