@@ -340,7 +340,11 @@ void _ca_heap_adopt_span(ca_heap_t* h, ca_span_t* s) {
    heap was claimed under the registry lock, and clearing in_use here would let another thread
    claim it too. */
 void _ca_heap_init(ca_heap_t* h) {
+  ca_pacer_t pace = h->pacer;      /* what reuse taught outlives the thread: larson's threads of a
+                                      few ms each started again at the base pace, purging spans
+                                      the next thread faulted in (3x mimalloc's page faults) */
   memset(h, 0, offsetof(ca_heap_t, next_heap));
+  h->pacer = pace;
   h->main = h;
   for (size_t w = 0; w < CA_DIRECT_N; w++) h->direct[w] = &_ca_span_empty;
   h->rng = _ca_process.seed ^ ((uintptr_t)h * 0x9E3779B97F4A7C15ull);

@@ -6,7 +6,8 @@
    one freed last while it is still committed, in whichever of the heap's segments it lies.
    calloc skips the memset of blocks carved from zero memory (fresh or purged) and reads zero
    every time: fresh, reused unpurged, purged, and in a child whose memory is locked (mlockall:
-   purges fail there, and nothing purged is then taken to be zero). */
+   purges fail there, and nothing purged is then taken to be zero).  A heap that the next thread
+   reuses keeps its pace. */
 #include "check.h"
 #include "../../src/core/pacer.h"
 #include <malloc.h>
@@ -130,6 +131,34 @@ static int cache_pace(void) {
   return p ? atoi(p + strlen("\"cache_purge_pace\":")) : -1;
 }
 
+/* A thread's heap, reused by the next thread, keeps its pace: a program whose threads live a few
+   milliseconds each (larson) must not start every one at the base wait. */
+static ca_heap_t* paced_heap;
+static void* pace_up(void* arg) {
+  void* volatile p = malloc(64);                      /* this thread's heap exists (volatile: */
+  free(p);                                            /* the pair is not optimised away) */
+  paced_heap = _ca_heap;
+  _ca_pacer_reused(&_ca_heap->pacer, _ca_clock_ms(), _ca_clock_ms());   /* two refaults */
+  _ca_pacer_reused(&_ca_heap->pacer, _ca_clock_ms(), _ca_clock_ms());
+  return arg;
+}
+static void* pace_read(void* arg) {
+  void* volatile p = malloc(64);
+  free(p);
+  *(uint32_t*)arg = _ca_heap == paced_heap ? _ca_pacer_mult(&_ca_heap->pacer) : 0;
+  return NULL;
+}
+static void heap_keeps_pace(void) {
+  uint32_t mult = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, pace_up, NULL);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, pace_read, &mult);
+  pthread_join(t, NULL);
+  fprintf(stderr, "a reused heap's pace: %u (expected 4; 0: another heap)\n", mult);
+  CHECK(paced_heap != &_ca_heap_empty && mult == 4);
+}
+
 int main(void) {
   require_chromalloc("test_purge");
   free(malloc(1));                                    /* options read */
@@ -139,6 +168,7 @@ int main(void) {
   pthread_create(&t, NULL, newest_span, NULL);
   pthread_join(t, NULL);
   _ca_options[CA_OPT_PURGE_DELAY] = 10;
+  heap_keeps_pace();
   zero_after_shrink(false);
   zero_after_shrink(true);
   calloc_zero();
