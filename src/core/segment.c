@@ -178,6 +178,17 @@ static void segment_cache_put(ca_segment_t* seg) {
   if (evict) segment_unmap(evict);
 }
 
+/* A 2 MiB-aligned mapping that the segment map can name (below 2^47), or NULL with ENOMEM. */
+static void* map_ours(size_t size) {
+  uint8_t* p = _ca_os_map_aligned(size, CA_SEGMENT_SIZE);
+  if (p != NULL && ((uintptr_t)(p + size - 1) >> 47) != 0) {
+    _ca_os_unmap(p, size);
+    errno = ENOMEM;
+    p = NULL;
+  }
+  return p;
+}
+
 /* A fresh 2 MiB segment from the reservation (cache_lock held); under an address-space limit
    the reservation shrinks back to one segment. */
 static ca_segment_t* segment_carve(void) {
@@ -187,13 +198,8 @@ static ca_segment_t* segment_carve(void) {
     uint8_t* p = NULL;
     if (reserve_start != NULL && (uintptr_t)reserve_start > n + 2 * CA_SEGMENT_SIZE)
       p = _ca_os_map_at(reserve_start - CA_SEGMENT_SIZE - n, n);
-    while (p == NULL && (p = _ca_os_map_aligned(n, CA_SEGMENT_SIZE)) == NULL && n > CA_SEGMENT_SIZE) n /= 2;
+    while (p == NULL && (p = map_ours(n)) == NULL && n > CA_SEGMENT_SIZE) n /= 2;
     if (p == NULL) return NULL;
-    if (((uintptr_t)(p + n - 1) >> 47) != 0) {       /* outside the segment map: give it back */
-      _ca_os_unmap(p, n);
-      errno = ENOMEM;
-      return NULL;
-    }
     reserve_start = reserve_next = p;
     reserve_end = p + n;
     reserve_size = n;
@@ -229,14 +235,7 @@ static ca_segment_t* segment_map(size_t size, bool* fresh) {
     *fresh = false;
     return best;
   }
-  if (seg == NULL && size > CA_SEGMENT_SIZE) {
-    seg = _ca_os_map_aligned(size, CA_SEGMENT_SIZE);
-    if (seg != NULL && ((uintptr_t)seg >> 47) != 0) {   /* outside the segment map */
-      _ca_os_unmap(seg, size);
-      errno = ENOMEM;
-      seg = NULL;
-    }
-  }
+  if (seg == NULL && size > CA_SEGMENT_SIZE) seg = map_ours(size);
   if (seg == NULL) return NULL;
   if (_ca_opt(CA_OPT_THP)) _ca_os_thp(seg, size, true);
   seg->size = size;
