@@ -90,6 +90,10 @@ def suite(build):
     add("rocs-gain", [exe("rocs", "internal"), "gain"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-loss", [exe("rocs", "internal"), "loss"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-fixed", [exe("rocs", "internal"), "fixed"], {"CHROMALLOC_OPTIONS": rocs + ",rocs_fixed=50"})
+    # a stream the L3 holds: confined where the buffer's share of the L3 holds it too, else left
+    add("rocs-l3", [exe("rocs", "internal"), "l3"], {"CHROMALLOC_OPTIONS": rocs},
+        described=machine("xeon", "l1d48", "hashed").replace("l3=60M/15", "l3=256M/16"))
+    add("rocs-l3small", [exe("rocs", "internal"), "l3small"], {"CHROMALLOC_OPTIONS": rocs})
     # ... and with NightWatch on beside it (its slice holds the buffer's colours): the same outcome
     add("rocs-nightwatch", [exe("rocs", "internal"), "gain"], {"CHROMALLOC_OPTIONS": rocs.replace("nightwatch=0,", "")})
     # lock sets: what a thread allocates under a lock is spread over the colours (preloaded and

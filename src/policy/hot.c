@@ -940,6 +940,10 @@ uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uin
         const ca_rocs_page_t* e = &H.prof[H.r[i].at + p + q];
         sn += e->n, l3n += e->l3, memn += e->mem;
       }
+      /* armed and never trapped: untouched (artlike's 8 MiB of timings, a page a second),
+         neither a candidate nor a run to wait for */
+      uint32_t lane0 = H.r[i].at + p / LANE * LANE, lane1 = H.r[i].at + (p + pages - 1) / LANE * LANE;
+      if (sn == 0 && H.seen[lane0] && H.seen[lane1]) continue;
       ++*runs;
       *covered += sn >= CA_ROCS_MIN_SAMPLES;
       ca_rocs_page_t sum = { (uint8_t)(sn > 255 ? 255 : sn), (uint8_t)(sn > 255 ? l3n * 255 / sn : l3n), (uint8_t)(sn > 255 ? memn * 255 / sn : memn), 0, 0, 0, 0 };
@@ -992,10 +996,10 @@ int _ca_hot_rocs_move(uint8_t* page, int set, int how) {
   _ca_lock(&H.lock);
   range_t* r = range_of(page);
   long e = r != NULL && r->profiled ? entry_of(page) : -1;
-  /* a page of a run going in whose own reloads came from memory under a quarter of the time is
+  /* a page of a run going in whose own reloads do not make it a candidate (_ca_rocs_key) is
      reused data beside the stream (a big object's run is 1/256 of it: its last may hold the
      victim too); one going back out that never went in has nothing to undo */
-  int skip = e < 0 ? -1 : in && H.prof[e].n > CA_ROCS_MIN_SAMPLES && 4u * H.prof[e].mem < H.prof[e].n ? -2
+  int skip = e < 0 ? -1 : in && H.prof[e].n > CA_ROCS_MIN_SAMPLES && _ca_rocs_key(&H.prof[e], _ca_rocs_l3()) == 0 ? -2
            : how == CA_ROCS_OUT && !H.prof[e].in ? -3 : 0;
   if (skip == 0) H.busy = page;
   _ca_unlock(&H.lock);
@@ -1012,13 +1016,14 @@ int _ca_hot_rocs_move(uint8_t* page, int set, int how) {
 
 uint32_t _ca_hot_rocs_reused(uint8_t** out, uint32_t max) {
   uint32_t n = 0;
+  bool l3 = _ca_rocs_l3();
   if (H.prof == NULL) return 0;
   _ca_lock(&H.lock);
   for (int tier = 0; tier < 3; tier++)            /* L2 hits first, then the L3's, then memory's rarely */
     for (uint32_t i = 0; i < H.n && n < max; i++)
       for (uint32_t p = 0; H.r[i].profiled && p < H.r[i].pages && n < max; p++) {
         const ca_rocs_page_t* e = &H.prof[H.r[i].at + p];
-        if (e->n < CA_ROCS_MIN_SAMPLES || e->in || e->out || 4u * e->mem >= e->n) continue;
+        if (e->n < CA_ROCS_MIN_SAMPLES || e->in || e->out || _ca_rocs_key(e, l3) != 0) continue;
         int t = e->mem ? 2 : 2u * e->l3 < e->n ? 0 : 1;
         if (t == tier) out[n++] = H.r[i].base + (size_t)p * CA_OS_PAGE;
       }

@@ -20,7 +20,11 @@
                often first (_ca_rocs_key; the L3 here keeps part of a stream bigger than
                itself).  A run that misses the L2 but hits the L3 is not a polluter: confined
                to a slice of the L2's colours it is confined to the same slice of the L3's sets,
-               and its reuse would then miss the L3 (rocs_l3=1 lets the search try it too).
+               and its reuse would then miss the L3, unless the slice holds it: by default
+               (rocs_l3=auto) such runs join the stack when all of it fits in half the
+               buffer's share of the L3 (a 4 MiB stream beside a 260 MiB L3), rocs_l3=1 always.
+               Pages spared going in and victims moved away are those not candidates by the same
+               rule (_ca_rocs_key).
      search    the paper's Algorithm 1: k = 0, then the top step, 2 step ... runs of the stack
                moved into the buffer (the colour layer's moves, at most rocs_budget pages a
                window), each configuration scored over rocs_step windows once its moves are
@@ -51,6 +55,8 @@
 #include "../color/colour.h"
 #include <time.h>
 
+static const char* const l3_words[] = { "0", "1", "auto", NULL };
+enum { L3_NEVER, L3_ALWAYS, L3_AUTO };
 enum { R_OPT_ON, R_OPT_BUFFER, R_OPT_MIN, R_OPT_PROFILE, R_OPT_STEP, R_OPT_STEPS, R_OPT_BUDGET, R_OPT_MARGIN, R_OPT_L3,
        R_OPT_FIXED, R_OPT_COUNT };
 static long opt[R_OPT_COUNT];
@@ -66,8 +72,9 @@ static const ca_option_desc_t options[R_OPT_COUNT] = {
   [R_OPT_STEPS]   = { "rocs_steps", 8, 1, 64, NULL, "configurations the search tries beyond k = 0 (the stack in that many steps)" },
   [R_OPT_BUDGET]  = { "rocs_budget", 512, 1, 65536, NULL, "pages moved into or out of the buffer per window at most" },
   [R_OPT_MARGIN]  = { "rocs_margin", 5, 0, 100, NULL, "percent the best configuration must beat k = 0 by to be kept" },
-  [R_OPT_L3]      = { "rocs_l3", 0, 0, 1, _ca_bool_words,
-                      "1: pages reused through the L3 (missing the L2 only) join the stack too, below those from memory" },
+  [R_OPT_L3]      = { "rocs_l3", 2, 0, 2, l3_words,
+                      "pages reused through the L3 (missing the L2 only) join the stack, below those from memory: 1 always, "
+                      "auto when all the stack would confine fits in half the buffer's share of the L3" },
   [R_OPT_FIXED]   = { "rocs_fixed", -1, -1, 100, NULL,
                       "percent of the stack moved into the buffer without a search (-1: search); for a sweep by hand "
                       "(bench/rocs.py --sweep) to check the search against" },
@@ -97,6 +104,7 @@ static struct {
   _Atomic(uint64_t) progress;       /* chromalloc_progress units */
   uint64_t          progress_at, cpu_at;
   bool              reserved;
+  bool              l3;             /* runs reused through the L3 are candidates (rocs_l3, decided) */
   /* statistics */
   uint64_t          samples[5], profiles, searches, phases, moved_in, moved_out, move_failures, gone, guarded, spared;
   uint32_t          chosen, history_n;
@@ -109,6 +117,7 @@ static struct {
 
 bool   _ca_rocs_on(void) { return opt[R_OPT_ON] != 0; }
 int    _ca_rocs_buffer_set(void) { return R.set; }
+bool   _ca_rocs_l3(void) { return R.l3; }
 size_t _ca_rocs_min_pages(void) { return (size_t)opt[R_OPT_MIN] * 1024 / CA_OS_PAGE; }
 
 /* ---- the pure pieces (rocs.h) ------------------------------------------------------------------ */
@@ -266,6 +275,12 @@ static bool guard(void) {
   return any;
 }
 
+static size_t l3_bytes(void) {
+  for (uint32_t i = 0; i < _ca_machine.nlevels; i++)
+    if (_ca_machine.levels[i].level == 3) return _ca_machine.levels[i].size;
+  return 0;
+}
+
 static bool buffer_sets(void) {
   if (R.set > 0) return true;
   uint32_t den = (uint32_t)opt[R_OPT_BUFFER];
@@ -286,7 +301,14 @@ void _ca_rocs_window(void) {
     if (R.windows < (uint32_t)opt[R_OPT_PROFILE]) return;
     {
       uint32_t covered, runs;
-      R.nstack = _ca_hot_rocs_candidates(R.stack, STACK, opt[R_OPT_L3] != 0, &covered, &runs);
+      R.l3 = opt[R_OPT_L3] != L3_NEVER;
+      R.nstack = _ca_hot_rocs_candidates(R.stack, STACK, R.l3, &covered, &runs);
+      if (opt[R_OPT_L3] == L3_AUTO) {
+        size_t bytes = 0;
+        for (uint32_t i = 0; i < R.nstack; i++) bytes += (size_t)R.stack[i].pages * CA_OS_PAGE;
+        R.l3 = _ca_rocs_l3_fits(bytes, l3_bytes(), (uint32_t)opt[R_OPT_BUFFER]);
+        if (!R.l3) R.nstack = _ca_hot_rocs_candidates(R.stack, STACK, false, &covered, &runs);
+      }
       /* the windows go round the heap a few lanes at a time: a big object takes a while to be
          covered (nine runs in ten profiled, or ten times rocs_profile windows at most) */
       if (covered * 10 < runs * 9 && R.windows < 10 * (uint32_t)opt[R_OPT_PROFILE]) return;

@@ -32,6 +32,14 @@ static inline void _ca_rocs_note(ca_rocs_page_t* p, int level, uint32_t ticks) {
    the L3: a slice of the L2's colours is a slice of the L3's sets too, and confined there its
    reuse would miss the L3). */
 uint32_t _ca_rocs_key(const ca_rocs_page_t* p, bool l3);
+/* rocs_l3=auto: the L3's pages are candidates when all the stack would confine (`bytes`) fits in
+   half the buffer's share of the L3 (a slice of the L2's colours is as large a slice of the L3's
+   sets): confined there, their reuse still hits the L3.  A 4 MiB stream beside a 260 MiB L3
+   does (confined by hand, the victim beside it ran 1.67x the laps); beside a 32 MiB one it does
+   not (17-21% fewer laps: the stream then missed the L3 too). */
+static inline bool _ca_rocs_l3_fits(size_t bytes, size_t l3, uint32_t buffer) {
+  return bytes > 0 && buffer > 0 && bytes <= l3 / buffer / 2;
+}
 
 /* The search (the paper's Algorithm 1): the top k pages of a stack of `size` go to the buffer,
    k = 0, step, 2 step ... size, each configuration scored (higher is better) by the caller; then
@@ -52,6 +60,8 @@ bool     _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t l
 bool     _ca_rocs_on(void);
 size_t   _ca_rocs_min_pages(void);
 int      _ca_rocs_buffer_set(void);         /* the buffer's colour set (0: none yet) */
+bool     _ca_rocs_l3(void);                 /* the L3's pages are candidates (rocs_l3, decided): a
+                                               page is a polluter when its _ca_rocs_key says so */
 void     _ca_rocs_progress(unsigned long units);   /* chromalloc_progress */          /* large objects of this many pages and more are profiled */
 void     _ca_rocs_window(void);
 /* ... and hot.c gives it the pages: profiles noted (a batch of reloads), the candidates in
@@ -73,8 +83,8 @@ void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per pa
 enum { CA_ROCS_IN, CA_ROCS_OUT, CA_ROCS_AWAY };   /* into the buffer, back out, away from its colours */
 int      _ca_hot_rocs_move(uint8_t* page, int set, int how);   /* 1 moved, 0 no frame, -1 gone, -2 spared
                                                                    (reused), -3 not in the buffer */
-/* pages of profiled objects whose data is reused through the caches (reloads from memory under a
-   quarter of the time: not the stack's), neither in the buffer nor moved out of its colours yet,
+/* pages of profiled objects whose data is reused through the caches (not candidates by
+   _ca_rocs_key: not the stack's), neither in the buffer nor moved out of its colours yet,
    those that hit the L2 first, then the L3's: the victims that share an object with what is
    confined (a victim page in the buffer's colours is evicted there, and reads from the L3) */
 uint32_t _ca_hot_rocs_reused(uint8_t** out, uint32_t max);

@@ -4,7 +4,7 @@
    1. The pieces, scripted: a page's profile and its decay, the stack's key (memory at least half
       the time; the L3's reuse only with rocs_l3), the search over known curves (it finds the
       best k; a gain below the margin keeps k = 0), a phase change only when it lasts.
-   2. The mechanism (argument `gain`, `loss` or `fixed`): one 4.5 MiB block, its first 4 MiB "streamed" (the
+   2. The mechanism (argument `gain`, `loss`, `fixed`, `l3` or `l3small`): one 4.5 MiB block, its first 4 MiB "streamed" (the
       reload's level scripted as memory by a test hook) and the rest "reused" (the L2), touched
       every lap and checked for its pattern while another thread writes a count into the stream's
    pages and checks it (no write lost to a move); the program reports progress by a scripted curve of
@@ -12,7 +12,10 @@
       buffer's colours (chromalloc_colour_of), the reused part out of them, and so do the pages
       scripted as the L3's inside the stream (spared when their run goes in).  `loss`: the more, the
       worse: the search keeps none, every page it tried is moved back out.  `fixed` (rocs_fixed=50):
-      no search, half the stack in the buffer, nothing moved back out. */
+      no search, half the stack in the buffer, nothing moved back out.  `l3`: the stream's pages
+      scripted as the L3's (and the spared ones as the L2's) on a machine whose L3 holds the
+      stream in the buffer's share (rocs_l3=auto): as `gain`.  `l3small`: the same pages beside a
+      32 MiB L3 (the buffer's share 2 MiB): the profile finds no candidate, nothing moves. */
 #include "check.h"
 #include "../../src/policy/rocs.h"
 #include <pthread.h>
@@ -73,6 +76,12 @@ static void pieces(void) {
   _ca_rocs_search_begin(&s, 0, 8, 0.05);
   CHECK(s.done);
 
+  /* rocs_l3=auto: the L3's pages join when the stack fits in half the buffer's share of the L3 */
+  CHECK(_ca_rocs_l3_fits(4u << 20, 260u << 20, 16));
+  CHECK(!_ca_rocs_l3_fits(4u << 20, 32u << 20, 16));
+  CHECK(_ca_rocs_l3_fits(1u << 20, 32u << 20, 16) && !_ca_rocs_l3_fits((1u << 20) + 4096, 32u << 20, 16));
+  CHECK(!_ca_rocs_l3_fits(0, 260u << 20, 16) && !_ca_rocs_l3_fits(4096, 0, 16));
+
   /* a phase change lasts: three scores in a row off by more than a third */
   ca_rocs_phase_t ph = { 1000, 0 };
   CHECK(!_ca_rocs_phase(&ph, 1200, 1.0 / 3, 3));
@@ -91,12 +100,13 @@ static void pieces(void) {
 #define REUSED_PAGES 128
 static uint8_t* stream_lo;
 
-/* the stream's pages come from memory, but one in 64 from the L3 (reused data inside a run of
-   the stack: spared when the run goes in); the rest from the L2 */
+/* the stream's pages come from memory (`l3`: from the L3), but one in 64 from the level above
+   (reused data inside a run of the stack: spared when the run goes in); the rest from the L2 */
 #define SPARED(p) ((p) % 64 == 5)
+static int stream_level = 4;
 static int scripted_level(uintptr_t page) {
   if (page < (uintptr_t)stream_lo || page >= (uintptr_t)stream_lo + STREAM_PAGES * 4096) return 2;
-  return SPARED((page - (uintptr_t)stream_lo) / 4096) ? 3 : 4;
+  return SPARED((page - (uintptr_t)stream_lo) / 4096) ? stream_level - 1 : stream_level;
 }
 
 /* a writer meanwhile: a count in every stream page, each write checked at the next (a move that
@@ -126,12 +136,13 @@ static long stat_of(const char* buf, const char* name) {
   return at ? atol(at + strlen(key)) : -1;
 }
 
-enum { GAIN, LOSS, FIXED };   /* FIXED: run with rocs_fixed=50, no search */
+enum { GAIN, LOSS, FIXED, L3SMALL };   /* FIXED: run with rocs_fixed=50, no search */
 static void mechanism(int mode) {
   bool gain = mode != LOSS;
   static char buf[1 << 16];
   _ca_rocs_test_level(scripted_level);
   uint8_t* block = malloc((STREAM_PAGES + REUSED_PAGES + 1) * 4096);
+  void* volatile cold = malloc(8u << 20);               /* profiled too, never touched: not waited for */
   stream_lo = (uint8_t*)(((uintptr_t)block + 4095) & ~(uintptr_t)4095);
   uint8_t* reused = stream_lo + STREAM_PAGES * 4096;
   for (uint32_t p = 0; p < STREAM_PAGES + REUSED_PAGES; p++) memset(stream_lo + (size_t)p * 4096, (int)(p * 7 + 1), 4096);
@@ -158,6 +169,7 @@ static void mechanism(int mode) {
     if (now_ns() < look) continue;
     look = now_ns() + 200000000u;
     chromalloc_stats_json(buf, sizeof buf);
+    if (mode == L3SMALL) { settled = stat_of(buf, "profiles") >= 2; continue; }   /* profiled twice, found nothing */
     settled = strstr(buf, "\"rocs\":{\"state\":\"settled\"") != NULL &&
               stat_of(buf, "runs_in_buffer") == stat_of(buf, "chosen_runs") &&   /* its moves done too */
               (mode == LOSS || stat_of(buf, "reused_moved_out") >= REUSED_PAGES * 3 / 4);   /* and the reused part's */
@@ -170,7 +182,18 @@ static void mechanism(int mode) {
   if (!settled) fprintf(stderr, "not settled: %s\n", strstr(buf, "\"rocs\":{") ? strstr(buf, "\"rocs\":{") : buf);
   CHECK(settled);
   CHECK(intact);
+  if (mode == L3SMALL) {
+    fprintf(stderr, "l3small: %ld profiles, stack %ld runs, %ld pages moved in, %ld laps\n", stat_of(buf, "profiles"),
+            stat_of(buf, "stack_runs"), stat_of(buf, "moved_in"), laps);
+    CHECK_EQ(stat_of(buf, "stack_runs"), 0);
+    CHECK_EQ(stat_of(buf, "moved_in"), 0);
+    CHECK_EQ(stat_of(buf, "reused_moved_out"), 0);
+    free(block);
+    free(cold);
+    return;
+  }
   CHECK(strstr(buf, "\"objective\":\"progress\"") != NULL);
+  CHECK(stat_of(buf, "profiled_pct") >= 90);              /* of the runs touched: the cold block's are not */
   long runs = stat_of(buf, "stack_runs"), chosen = stat_of(buf, "chosen_runs");
   /* the stream (most of it: a run needs CA_ROCS_MIN_SAMPLES reloads in the profile), nothing else */
   uint32_t run = _ca_rocs_run(STREAM_PAGES + REUSED_PAGES + 1);
@@ -219,10 +242,13 @@ static void mechanism(int mode) {
     CHECK(confined <= STREAM_PAGES / 4);                     /* back out (some by chance: 1 in 16) */
   }
   free(block);
+  free(cold);
 }
 
 int main(int argc, char** argv) {
   pieces();
-  if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0 ? GAIN : strcmp(argv[1], "loss") == 0 ? LOSS : FIXED);
+  if (argc > 1 && strncmp(argv[1], "l3", 2) == 0) stream_level = 3;
+  if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0 || strcmp(argv[1], "l3") == 0 ? GAIN : strcmp(argv[1], "loss") == 0 ? LOSS
+                          : strcmp(argv[1], "l3small") == 0 ? L3SMALL : FIXED);
   return check_done("rocs");
 }
