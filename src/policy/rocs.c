@@ -125,8 +125,11 @@ size_t _ca_rocs_min_pages(void) { return (size_t)opt[R_OPT_MIN] * 1024 / CA_OS_P
 uint32_t _ca_rocs_key(const ca_rocs_page_t* p, bool l3) {
   if (p->n < CA_ROCS_MIN_SAMPLES) return 0;
   uint32_t mem = (uint32_t)p->mem * 255 / p->n, beyond = (uint32_t)p->l3 * 255 / p->n;
-  if (4u * p->mem >= p->n) return 65536 + mem * 256 + beyond;
-  return l3 && 2u * p->l3 >= p->n ? beyond * 256 + mem : 0;
+  /* with the L3's pages in, what counts is how often the lines were gone from the L2: the
+     L3/memory line is the noisier one (the L3's reading moves with the other tenants), and a
+     victim reused from the L2 between its L3 reloads must not rank above the stream */
+  if (l3) return 2u * p->l3 >= p->n || 4u * p->mem >= p->n ? 65536 + beyond * 256 + mem : 0;
+  return 4u * p->mem >= p->n ? 65536 + mem * 256 + beyond : 0;
 }
 
 void _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, double margin) {
@@ -213,8 +216,10 @@ static uint64_t clock_of(clockid_t c) {
 static uint64_t cpu_ns(void) { return clock_of(CLOCK_PROCESS_CPUTIME_ID) - clock_of(CLOCK_THREAD_CPUTIME_ID); }
 
 /* the configuration measured since the last call: progress per CPU second, or the stand-in;
-   both kept for the report (how well the stand-in tracks the program's own measure) */
-static double score(void) {
+   both kept for the report (how well the stand-in tracks the program's own measure).  False
+   when the stand-in sampled no page: its 0 would read as the best score of all (art4 under the
+   stand-in confined the victim with the stream that way) */
+static bool score(double* out) {
   double sum;
   uint32_t pages;
   _ca_hot_rocs_step(&sum, &pages);
@@ -224,7 +229,8 @@ static double score(void) {
   R.last_stall = pages ? sum / pages : 0;
   R.progress_at = units;
   R.cpu_at = cpu;
-  return R.by_progress ? R.last_progress : -R.last_stall;
+  *out = R.by_progress ? R.last_progress : -R.last_stall;
+  return R.by_progress || pages > 0;
 }
 
 static void note(uint32_t k) {
@@ -320,7 +326,7 @@ void _ca_rocs_window(void) {
     R.nbefore = _ca_hot_rocs_profile(R.before, PROFILE_RUNS);
     _ca_colour_prepare(R.set, R.nstack + 8, 0);                 /* frames for the buffer, stocked meanwhile */
     R.history_n = 0;
-    (void)score();                                             /* the first configuration's measure starts */
+    (void)score(&(double){0});                                 /* the first configuration's measure starts */
     if (opt[R_OPT_FIXED] >= 0) {                               /* a point of a sweep: no search, no phases */
       R.chosen = (uint32_t)((uint64_t)R.nstack * (uint64_t)opt[R_OPT_FIXED] / 100);
       R.state = ST_SETTLED;
@@ -331,22 +337,24 @@ void _ca_rocs_window(void) {
     R.state = ST_SEARCH;
     return;
   case ST_SEARCH:
-    if (!place(R.search.k) || guard()) { (void)score(); R.windows = 0; return; }   /* moves first, measure after */
+    if (!place(R.search.k) || guard()) { (void)score(&(double){0}); R.windows = 0; return; }   /* moves first, measure after */
     if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
     {
-      double s = score();
+      double s;
+      R.windows = 0;
+      if (!score(&s)) return;                                  /* nothing measured: measure again */
       note(R.search.k);
       uint32_t k = _ca_rocs_search_next(&R.search, s);
-      R.windows = 0;
       if (R.search.done) { R.chosen = k; R.phase = (ca_rocs_phase_t){ R.search.best, 0 }; R.state = ST_SETTLED; }
     }
     return;
   case ST_SETTLED:
-    if (!place(R.chosen) || guard()) { (void)score(); R.windows = 0; return; }
+    if (!place(R.chosen) || guard()) { (void)score(&(double){0}); R.windows = 0; return; }
     if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
     R.windows = 0;
     {
-      double s = score();
+      double s;
+      if (!score(&s)) return;
       note(R.chosen);
       if (opt[R_OPT_FIXED] >= 0 || !_ca_rocs_phase(&R.phase, s, 1.0 / 3, 3)) return;
     }

@@ -27,10 +27,11 @@ static inline void _ca_rocs_note(ca_rocs_page_t* p, int level, uint32_t ticks) {
   p->mem += level >= 4;
   if (p->sn < UINT16_MAX) { p->sn++; p->ssum += ticks < 65536 ? ticks : 65535; }
 }
-/* The stack's order: pages whose reloads came from memory at least a quarter of the time (with
-   `l3`, from beyond the L2 at least half the time), most often first; 0 = not a candidate (too few reloads, or reused through
-   the L3: a slice of the L2's colours is a slice of the L3's sets too, and confined there its
-   reuse would miss the L3). */
+/* The stack's order: pages whose reloads came from memory at least a quarter of the time, most
+   often first; with `l3`, also those from beyond the L2 at least half the time, and then ordered
+   by how often they came from beyond the L2; 0 = not a candidate (too few reloads, or reused
+   through the L3 without `l3`: a slice of the L2's colours is a slice of the L3's sets too, and
+   confined there its reuse would miss the L3). */
 uint32_t _ca_rocs_key(const ca_rocs_page_t* p, bool l3);
 /* rocs_l3=auto: the L3's pages are candidates when all the stack would confine (`bytes`) fits in
    half the buffer's share of the L3 (a slice of the L2's colours is as large a slice of the L3's

@@ -38,6 +38,11 @@ static void pieces(void) {
   ca_rocs_page_t l3 = { 10, 9, 1, 0, 0, 0, 0 };              /* missed the L2, hit the L3 */
   CHECK_EQ(_ca_rocs_key(&l3, false), 0);
   CHECK(_ca_rocs_key(&l3, true) > 0 && _ca_rocs_key(&l3, true) < _ca_rocs_key(&p, true));
+  /* with the L3's pages in, gone from the L2 most often first: the stream (all from the L3)
+     above a victim read from memory a third of the time and from the L2 the rest */
+  ca_rocs_page_t stream = { 12, 12, 0, 0, 0, 0, 0 }, victim = { 12, 4, 4, 0, 0, 0, 0 };
+  CHECK(_ca_rocs_key(&stream, true) > _ca_rocs_key(&victim, true) && _ca_rocs_key(&victim, true) > 0);
+  CHECK(_ca_rocs_key(&victim, false) > 0 && _ca_rocs_key(&stream, false) == 0);
   ca_rocs_page_t quarter = { 12, 12, 3, 0, 0, 0, 0 }, most = { 12, 12, 11, 0, 0, 0, 0 }, less = { 12, 12, 2, 0, 0, 0, 0 };
   CHECK(_ca_rocs_key(&most, false) > _ca_rocs_key(&quarter, false) && _ca_rocs_key(&quarter, false) > 0);
   CHECK_EQ(_ca_rocs_key(&less, false), 0);
