@@ -23,8 +23,9 @@ Configurations:
                      whole chunks, so it cannot split this one)
   colour-rocs        rocs=1 (its search scored by the stand-in: the reloads' time)
   colour-rocs-progress  rocs=1, the program calling chromalloc_progress(1) every lap
-  colour-rocs-l3     the same with rocs_l3=1: pages reused through the L3 join the stack, so the
-                     search sweeps the stream into the buffer step by step
+                     (both with rocs_l3=auto: pages reused through the L3 join the stack where
+                     the buffer's share of the L3 holds them all)
+  colour-rocs-l3     the same with rocs_l3=1: pages reused through the L3 always join the stack
   split              colour, the stream moved into the first 1/16 of the colours by hand before
                      the laps (artlike --split): the pollute buffer ROCS would build, placed at once
   (nostream and split are artlike's only.)
