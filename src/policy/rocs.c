@@ -155,6 +155,13 @@ uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
 }
 
 bool _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t lasting) {
+  if (p->n < 3) {
+    p->first[p->n++] = score;
+    if (p->n < 3) return false;
+    double a = p->first[0], b = p->first[1], c = p->first[2];
+    p->ref = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+    return false;
+  }
   double a = p->ref < 0 ? -p->ref : p->ref, b = score < 0 ? -score : score;
   bool off = a > 0 && (b > a * (1 + tol) || b * (1 + tol) < a);
   p->off = off ? p->off + 1 : 0;
@@ -345,7 +352,7 @@ void _ca_rocs_window(void) {
       if (!score(&s)) return;                                  /* nothing measured: measure again */
       note(R.search.k);
       uint32_t k = _ca_rocs_search_next(&R.search, s);
-      if (R.search.done) { R.chosen = k; R.phase = (ca_rocs_phase_t){ R.search.best, 0 }; R.state = ST_SETTLED; }
+      if (R.search.done) { R.chosen = k; R.phase = (ca_rocs_phase_t){ 0 }; R.state = ST_SETTLED; }
     }
     return;
   case ST_SETTLED:

@@ -52,8 +52,11 @@ void     _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t step
 uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score);
 
 /* A phase change: the score leaves [ref / (1 + tol), ref * (1 + tol)] for `lasting` scores in a
-   row (negative scores, the stand-in's, by their magnitude). */
-typedef struct ca_rocs_phase_s { double ref; uint32_t off; } ca_rocs_phase_t;
+   row (negative scores, the stand-in's, by their magnitude).  The reference is the median of the
+   first three scores once settled (n counts them; start from {0}): the search's best is the
+   luckiest of its noisy scores, and against it the stand-in's ordinary ones looked off a third
+   of the time (art4: the buffer emptied 1-2 times a process). */
+typedef struct ca_rocs_phase_s { double ref; uint32_t off, n; double first[3]; } ca_rocs_phase_t;
 bool     _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t lasting);
 
 /* hot.c's side: the windows run for ROCS too, its traps reach rocs.c's handler hook, and after

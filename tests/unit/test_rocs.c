@@ -88,7 +88,11 @@ static void pieces(void) {
   CHECK(!_ca_rocs_l3_fits(0, 260u << 20, 16) && !_ca_rocs_l3_fits(4096, 0, 16));
 
   /* a phase change lasts: three scores in a row off by more than a third */
-  ca_rocs_phase_t ph = { 1000, 0 };
+  ca_rocs_phase_t ph = { 0 };
+  CHECK(!_ca_rocs_phase(&ph, 900, 1.0 / 3, 3));             /* the reference: the median of the first three */
+  CHECK(!_ca_rocs_phase(&ph, 2000, 1.0 / 3, 3));
+  CHECK(!_ca_rocs_phase(&ph, 1000, 1.0 / 3, 3));
+  CHECK(ph.ref == 1000);
   CHECK(!_ca_rocs_phase(&ph, 1200, 1.0 / 3, 3));
   CHECK(!_ca_rocs_phase(&ph, 600, 1.0 / 3, 3));
   CHECK(!_ca_rocs_phase(&ph, 600, 1.0 / 3, 3));
@@ -96,7 +100,7 @@ static void pieces(void) {
   CHECK(!_ca_rocs_phase(&ph, 1400, 1.0 / 3, 3));
   CHECK(!_ca_rocs_phase(&ph, 1400, 1.0 / 3, 3));
   CHECK(_ca_rocs_phase(&ph, 1400, 1.0 / 3, 3));
-  ca_rocs_phase_t neg = { -500, 0 };
+  ca_rocs_phase_t neg = { -500, 0, 3, {0} };
   CHECK(!_ca_rocs_phase(&neg, -600, 1.0 / 3, 1));
   CHECK(_ca_rocs_phase(&neg, -700, 1.0 / 3, 1));
 }
