@@ -92,7 +92,7 @@ def suite(build):
     add("rocs-fixed", [exe("rocs", "internal"), "fixed"], {"CHROMALLOC_OPTIONS": rocs + ",rocs_fixed=50"})
     # a stream the L3 holds: confined where the buffer's share of the L3 holds it too, else left
     add("rocs-l3", [exe("rocs", "internal"), "l3"], {"CHROMALLOC_OPTIONS": rocs},
-        described=machine("xeon", "l1d48", "hashed").replace("l3=60M/15", "l3=256M/16"))
+        described="l1d=48K/12,l2=2M/16,l3=256M/16,index=hashed")
     add("rocs-l3small", [exe("rocs", "internal"), "l3small"], {"CHROMALLOC_OPTIONS": rocs})
     # ... and with NightWatch on beside it (its slice holds the buffer's colours): the same outcome
     add("rocs-nightwatch", [exe("rocs", "internal"), "gain"], {"CHROMALLOC_OPTIONS": rocs.replace("nightwatch=0,", "")})
