@@ -129,6 +129,7 @@ typedef struct ca_monitor_state_s {
   _Atomic(bool)  measured;            /* the reload thresholds are known */
   size_t         l2;                  /* bytes: the open cache (C_open) */
   uint32_t       hit_ticks, miss_ticks, threshold;
+  uint32_t       l3_low_ticks;        /* the L3's second fastest reading of nine */
   uint32_t       mem_ticks, mem_threshold;  /* lines flushed to memory; beyond it a reload came from memory */
   uint64_t       first_refs, pairs, pair_hits, far, unused, expired, interference;
   uint64_t       rearms, released, no_room, verdicts, fault_ns, members, group_verdicts;

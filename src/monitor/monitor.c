@@ -459,6 +459,7 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "hit_ticks", M.hit_ticks);
   ca_buf_field_u64(b, "miss_ticks", M.miss_ticks);
   ca_buf_field_u64(b, "threshold", M.threshold);
+  ca_buf_field_u64(b, "l3_low_ticks", M.l3_low_ticks);
   ca_buf_field_u64(b, "mem_ticks", M.mem_ticks);
   ca_buf_field_u64(b, "mem_threshold", M.mem_threshold);
   ca_buf_field_u64(b, "first_refs", M.first_refs);

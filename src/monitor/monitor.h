@@ -65,6 +65,8 @@ uint64_t _ca_monitor_page_cost_ns(void);            /* of that, per sampled page
    not measured (_ca_monitor_measure: once, on one CPU, about a millisecond). */
 int    _ca_monitor_reload(const void* page, unsigned line, uint32_t* ticks);
 void   _ca_monitor_measure(void);
+/* the memory threshold from the L3's fastest and median readings and flushed lines' (pure) */
+uint32_t _ca_monitor_mem_threshold(uint32_t l3_low, uint32_t l3, uint32_t mem);
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */
 uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk of `pages` */
 /* The pair rule: the chunk's other sampled pages referenced between the pair's two references

@@ -59,6 +59,31 @@ static uint32_t median(uint32_t* v, int n) {
 }
 
 
+static uint32_t isqrt(uint64_t v) {
+  uint64_t r = 0;
+  for (uint64_t b = 1ull << 62; b != 0; b >>= 2) {
+    if (v >= r + b) { v -= r + b; r = (r >> 1) + b; } else r >>= 1;
+  }
+  return (uint32_t)r;
+}
+
+/* Where a reload from memory begins, from the chase's readings of the L3 (its fastest and its
+   median) and of flushed lines.  A page of a stream beyond the L3 reads about 3x the L3 on Zen 4
+   (the L3 keeps some of its lines; flushed lines read 12-13x), and as slow as flushed lines on
+   the Intel Xeon (L3 pages 440-820 ticks, beyond it 1400-2600, flushed about 2000).  So: 3x the
+   L3, at most the geometric middle of L3 and memory, and at most a quarter of memory's time,
+   which keeps a loud L3 reading on Zen (260-858 ticks from process to process) from taking such
+   a stream for the L3's.  That cap is dropped when it would put the line within 1.5x of the L3's
+   fastest reading: there the L3 itself is slow (the Xeon), and the cap read its pages as memory
+   at random.  0: no threshold (the levels are not apart). */
+uint32_t _ca_monitor_mem_threshold(uint32_t l3_low, uint32_t l3, uint32_t mem) {
+  if (l3_low == 0 || mem <= 2 * (uint64_t)l3) return 0;
+  uint64_t t = 3 * (uint64_t)l3_low, mid = isqrt((uint64_t)l3_low * mem), cap = mem / 4;
+  if (mid < t) t = mid;
+  if (cap < t && 2 * cap >= 3 * (uint64_t)l3_low) t = cap;
+  return (uint32_t)t;
+}
+
 /* Chase times with the lines in the L2, after streaming twice the L2 over them (the next level
    holds them), and flushed (memory), measured on one CPU (an L2 is private to its core). */
 static void measure(void) {
@@ -87,14 +112,8 @@ static void measure(void) {
   M.miss_ticks = median(miss, R);
   M.mem_ticks = median(mem, R);
   M.threshold = M.miss_ticks > M.hit_ticks + M.hit_ticks / 5 ? (M.hit_ticks + M.miss_ticks) / 2 : 0;
-  /* flushed lines reload slower than lines memory simply holds (the chase's 8 lines: 12 to 13
-     times the L3's time here, against about 3 for a page of a stream beyond the L3, whose lines
-     the L3 keeps in part): memory from 3 times the L3's time (two lines of eight, roughly), and
-     at most a quarter of the flushed lines' time.  The L3's time moves with the other tenants
-     (260-858 ticks in six processes here, the flushed lines' 2938-3484), and a threshold from a
-     loud reading took a 48 MiB stream for the L3's (stacks of 1-40 runs of 254) */
-  uint32_t cap = M.mem_ticks / 4;
-  M.mem_threshold = M.threshold != 0 && M.mem_ticks > 2 * M.miss_ticks ? (3 * M.miss_ticks < cap ? 3 * M.miss_ticks : cap) : 0;
+  M.l3_low_ticks = miss[1];                            /* sorted by median(): the second fastest */
+  M.mem_threshold = M.threshold != 0 ? _ca_monitor_mem_threshold(M.l3_low_ticks, M.miss_ticks, M.mem_ticks) : 0;
   _ca_os_unmap(buf, bytes);
 }
 

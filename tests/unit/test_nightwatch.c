@@ -35,6 +35,18 @@ static void test_pair_rule(void) {
   CHECK(!_ca_monitor_judge(l2, 4096, l2));                 /* group members of any sizes */
 }
 
+/* the memory threshold, from readings (ticks of the 8-line chase) seen on the machines: it must lie
+   above the L3's pages and below memory's */
+static void test_mem_threshold(void) {
+  uint32_t zen = _ca_monitor_mem_threshold(240, 260, 3000);     /* Zen 4, quiet: a stream beyond the L3 reads ~780 */
+  CHECK(zen > 2 * 260 && zen <= 780);
+  CHECK_EQ(_ca_monitor_mem_threshold(500, 858, 3200), 800);      /* Zen 4, a loud L3 reading: the cap holds */
+  uint32_t xeon = _ca_monitor_mem_threshold(480, 650, 2000);     /* L3 pages 440-820, beyond it 1400-2600 */
+  CHECK(xeon > 820 && xeon < 1400);
+  CHECK_EQ(_ca_monitor_mem_threshold(600, 1100, 2000), 0);       /* not apart */
+  CHECK_EQ(_ca_monitor_mem_threshold(0, 650, 2000), 0);          /* no reading */
+}
+
 static ca_monitor_result_t verdict(bool polluter, uint32_t hits, uint32_t misses) {
   ca_monitor_result_t r = { .polluter = polluter, .pages = 5, .hits = hits, .misses = misses, .far = misses };
   return r;
@@ -612,6 +624,7 @@ int main(void) {
   free(malloc(1));
   test_sampling_count();
   test_pair_rule();
+  test_mem_threshold();
   test_tracer();
   test_async_maps();
   test_predictor();
