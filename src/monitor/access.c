@@ -46,6 +46,9 @@ typedef struct slot_s {
   uintptr_t          end;
   bool               writes;         /* armed by write protection (written.c), not a trap */
   _Atomic(uint64_t)* bits;           /* one per page, set by the fault */
+  uint64_t           armed_ns, open_ns;   /* when armed; how long it stayed armed (once opened) */
+  uint64_t           fault_ns;       /* A.fault_ns then: the traps' own time is no wait */
+  _Atomic(uint64_t)  waited_ns;      /* from arming to each trap, summed */
 } slot_t;
 
 static struct {
@@ -94,6 +97,8 @@ static bool on_fault(void* addr, int sig) {
   if (b == 0 || a < b || a >= s->end) return true;             /* disarmed meanwhile: retry */
   size_t i = (a - b) / CA_OS_PAGE;
   atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed);
+  uint64_t in_traps = atomic_load_explicit(&A.fault_ns, ca_relaxed) - s->fault_ns, waited = t0 - s->armed_ns;
+  atomic_fetch_add_explicit(&s->waited_ns, waited > in_traps ? waited - in_traps : 0, ca_relaxed);
   prot(a & ~(uintptr_t)(CA_OS_PAGE - 1), CA_OS_PAGE, PROT_READ | PROT_WRITE);
   for (int k = 0; k < 2; k++) if (A.touched[k] != NULL) A.touched[k](a);   /* open: a reload may time it */
   atomic_fetch_add_explicit(&A.faults, 1, ca_relaxed);
@@ -122,6 +127,10 @@ int _ca_access_arm(void* base, size_t pages, uint64_t* bits, bool writes) {
       if (_ca_written_arm(lo, hi)) atomic_store_explicit(&A.slot[id].base, lo, ca_release);
       else id = -1;
     } else {
+      A.slot[id].armed_ns = _ca_clock_ns();
+      A.slot[id].fault_ns = atomic_load_explicit(&A.fault_ns, ca_relaxed);
+      A.slot[id].open_ns = 0;
+      atomic_store_explicit(&A.slot[id].waited_ns, 0, ca_relaxed);
       atomic_store_explicit(&A.slot[id].base, lo, ca_release);
       atomic_fetch_add_explicit(&A.armed, 1, ca_relaxed);
       if (prot(lo, hi - lo, PROT_NONE) != 0) {             /* not a mapping of ours any more */
@@ -146,6 +155,8 @@ static void open_slot(int i) {
     atomic_store_explicit(&s->base, 0, ca_release);
     return;
   }
+  uint64_t open = _ca_clock_ns() - s->armed_ns, in_traps = atomic_load_explicit(&A.fault_ns, ca_relaxed) - s->fault_ns;
+  s->open_ns = open > in_traps ? open - in_traps : 0;
   if (!_ca_monitor_active()) prot(lo, s->end - lo, PROT_READ | PROT_WRITE);
   else
     for (uintptr_t p = lo; p < s->end; p += CA_OS_PAGE)
@@ -164,6 +175,15 @@ bool _ca_access_disarm(int id) {
   if (A.gen[i] == gen) open_slot(i);
   _ca_unlock(&A.lock);
   return whole;
+}
+
+/* a trapped range's times once disarmed (until it is armed again): from arming to its pages'
+   traps, summed, and to its opening, less the time in trap handlers meanwhile (any thread's:
+   a single-threaded program waits behind its own) */
+void _ca_access_waited(int id, uint64_t* waited_ns, uint64_t* open_ns) {
+  slot_t* s = &A.slot[id % SLOTS];
+  *waited_ns = atomic_load_explicit(&s->waited_ns, ca_relaxed);
+  *open_ns = s->open_ns;
 }
 
 /* ---- quiet ------------------------------------------------------------------------------------ */

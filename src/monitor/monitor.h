@@ -65,8 +65,10 @@ uint64_t _ca_monitor_page_cost_ns(void);            /* of that, per sampled page
    not measured (_ca_monitor_measure: once, on one CPU, about a millisecond). */
 int    _ca_monitor_reload(const void* page, unsigned line, uint32_t* ticks);
 void   _ca_monitor_measure(void);
-/* the memory threshold from the L3's fastest and median readings and flushed lines' (pure) */
-uint32_t _ca_monitor_mem_threshold(uint32_t l3_low, uint32_t l3, uint32_t mem);
+/* the reload's thresholds (pure): the L2's from its reading and the L3's fastest and median, memory's
+   from the L3's fastest and flushed lines' */
+uint32_t _ca_monitor_l2_threshold(uint32_t hit, uint32_t l3_low, uint32_t l3);
+uint32_t _ca_monitor_mem_threshold(uint32_t l3_low, uint32_t mem);
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */
 uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk of `pages` */
 /* The pair rule: the chunk's other sampled pages referenced between the pair's two references
@@ -90,6 +92,9 @@ extern const struct ca_layer_s _ca_layer_monitor;
 int    _ca_access_arm(void* base, size_t pages, uint64_t* bits, bool writes);
 bool   _ca_access_disarm(int slot);                 /* the window's end: the range opened; false:
                                                        quiet opened it early */
+/* a trapped range's times, once disarmed and before the next arm: from arming to each trap,
+   summed over the pages trapped, and to the range's opening (the window, or less when cut) */
+void   _ca_access_waited(int slot, uint64_t* waited_ns, uint64_t* open_ns);
 bool   _ca_access_armed(void);                      /* any range armed (one load) */
 bool   _ca_access_covers(uintptr_t a);              /* a lies in an armed range */
 void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer, the program's

@@ -67,8 +67,16 @@ static uint32_t isqrt(uint64_t v) {
   return (uint32_t)r;
 }
 
-/* Where a reload from memory begins, from the chase's readings of the L3 (its fastest and its
-   median) and of flushed lines.  A page of a stream beyond the L3 reads about 3x the L3 on Zen 4
+/* Where a reload from beyond the L2 begins: the geometric middle of the L2's reading and the L3's
+   fastest.  On the Xeon the L3's pages read 360-820 ticks, the L2's 130-240, and halfway to the
+   L3's median (380-480) read a quarter of a 4 MiB stream's reloads as the L2's, more or less from
+   process to process.  0: the levels are not apart. */
+uint32_t _ca_monitor_l2_threshold(uint32_t hit, uint32_t l3_low, uint32_t l3) {
+  return l3 > hit + hit / 5 ? isqrt((uint64_t)hit * l3_low) : 0;
+}
+
+/* Where a reload from memory begins, from the chase's fastest reading of the L3 (the second of
+   nine: the other tenants only ever add) and flushed lines' median.  A page of a stream beyond the L3 reads about 3x the L3 on Zen 4
    (the L3 keeps some of its lines; flushed lines read 12-13x), and as slow as flushed lines on
    the Intel Xeon (L3 pages 440-820 ticks, beyond it 1400-2600, flushed about 2000).  So: 3x the
    L3, at most the geometric middle of L3 and memory, and at most a quarter of memory's time,
@@ -76,8 +84,8 @@ static uint32_t isqrt(uint64_t v) {
    a stream for the L3's.  That cap is dropped when it would put the line within 1.5x of the L3's
    fastest reading: there the L3 itself is slow (the Xeon), and the cap read its pages as memory
    at random.  0: no threshold (the levels are not apart). */
-uint32_t _ca_monitor_mem_threshold(uint32_t l3_low, uint32_t l3, uint32_t mem) {
-  if (l3_low == 0 || mem <= 2 * (uint64_t)l3) return 0;
+uint32_t _ca_monitor_mem_threshold(uint32_t l3_low, uint32_t mem) {
+  if (l3_low == 0 || mem <= 2 * (uint64_t)l3_low) return 0;
   uint64_t t = 3 * (uint64_t)l3_low, mid = isqrt((uint64_t)l3_low * mem), cap = mem / 4;
   if (mid < t) t = mid;
   if (cap < t && 2 * cap >= 3 * (uint64_t)l3_low) t = cap;
@@ -108,12 +116,15 @@ static void measure(void) {
     mem[r] = (uint32_t)_ca_mon_chase(page, (unsigned)r);
   }
   (void)sink;
-  M.hit_ticks = median(hit, R);
+  (void)median(hit, R);
+  M.hit_ticks = hit[1];                                /* the second fastest, as the L3's: a loud hit
+                                                          reading (946-1388 ticks, not 170-240) read
+                                                          every reload as the L2's */
   M.miss_ticks = median(miss, R);
   M.mem_ticks = median(mem, R);
-  M.threshold = M.miss_ticks > M.hit_ticks + M.hit_ticks / 5 ? (M.hit_ticks + M.miss_ticks) / 2 : 0;
   M.l3_low_ticks = miss[1];                            /* sorted by median(): the second fastest */
-  M.mem_threshold = M.threshold != 0 ? _ca_monitor_mem_threshold(M.l3_low_ticks, M.miss_ticks, M.mem_ticks) : 0;
+  M.threshold = _ca_monitor_l2_threshold(M.hit_ticks, M.l3_low_ticks, M.miss_ticks);
+  M.mem_threshold = M.threshold != 0 ? _ca_monitor_mem_threshold(M.l3_low_ticks, M.mem_ticks) : 0;
   _ca_os_unmap(buf, bytes);
 }
 
@@ -126,14 +137,14 @@ int _ca_monitor_reload(const void* page, unsigned line, uint32_t* ticks) {
   return t <= M.threshold ? 2 : t <= M.mem_threshold ? 3 : 4;
 }
 
-/* ROCS's worker, each window: measured once, and again (a second apart, five times at most)
-   while a loud moment left no memory threshold: ROCS would read nothing (2 processes of 20) */
+/* ROCS's worker, each window: measured once, and again while a loud moment left no memory
+   threshold (ROCS would read nothing: 2 processes of 20, and 1 of 7 after five tries a second
+   apart), a second later, then 2, 4 ... 64 s apart: a measure costs a few ms */
 void _ca_monitor_measure(void) {
-  static int tries;
-  static uint64_t last;
+  static uint64_t last, wait = 1000;
   if (!atomic_load_explicit(&M.measured, ca_acquire)) { _ca_mon_calibrate(); last = _ca_clock_ms(); return; }
-  if (M.mem_threshold != 0 || tries >= 5 || _ca_clock_ms() - last < 1000) return;
-  tries++;
+  if (M.mem_threshold != 0 || _ca_clock_ms() - last < wait) return;
+  if (wait < 64000) wait *= 2;
   last = _ca_clock_ms();
   pinned_measure();
 }

@@ -35,16 +35,19 @@ static void test_pair_rule(void) {
   CHECK(!_ca_monitor_judge(l2, 4096, l2));                 /* group members of any sizes */
 }
 
-/* the memory threshold, from readings (ticks of the 8-line chase) seen on the machines: it must lie
-   above the L3's pages and below memory's */
-static void test_mem_threshold(void) {
-  uint32_t zen = _ca_monitor_mem_threshold(240, 260, 3000);     /* Zen 4, quiet: a stream beyond the L3 reads ~780 */
+/* the reload's thresholds, from readings (ticks of the 8-line chase) seen on the machines: each
+   must lie above the faster level's pages and below the slower's */
+static void test_thresholds(void) {
+  uint32_t zen = _ca_monitor_mem_threshold(240, 3000);          /* Zen 4, quiet: a stream beyond the L3 reads ~780 */
   CHECK(zen > 2 * 260 && zen <= 780);
-  CHECK_EQ(_ca_monitor_mem_threshold(500, 858, 3200), 800);      /* Zen 4, a loud L3 reading: the cap holds */
-  uint32_t xeon = _ca_monitor_mem_threshold(480, 650, 2000);     /* L3 pages 440-820, beyond it 1400-2600 */
+  CHECK_EQ(_ca_monitor_mem_threshold(500, 3200), 800);           /* Zen 4, a loud L3 reading: the cap holds */
+  uint32_t xeon = _ca_monitor_mem_threshold(480, 2000);          /* L3 pages 440-820, beyond it 1400-2600 */
   CHECK(xeon > 820 && xeon < 1400);
-  CHECK_EQ(_ca_monitor_mem_threshold(600, 1100, 2000), 0);       /* not apart */
-  CHECK_EQ(_ca_monitor_mem_threshold(0, 650, 2000), 0);          /* no reading */
+  CHECK_EQ(_ca_monitor_mem_threshold(1100, 2000), 0);            /* not apart */
+  CHECK_EQ(_ca_monitor_mem_threshold(0, 2000), 0);               /* no reading */
+  uint32_t l2 = _ca_monitor_l2_threshold(196, 532, 650);         /* Xeon: the L2's pages 130-240, the L3's 360-820 */
+  CHECK(l2 > 240 && l2 < 360);
+  CHECK_EQ(_ca_monitor_l2_threshold(196, 200, 220), 0);          /* not apart */
 }
 
 static ca_monitor_result_t verdict(bool polluter, uint32_t hits, uint32_t misses) {
@@ -624,7 +627,7 @@ int main(void) {
   free(malloc(1));
   test_sampling_count();
   test_pair_rule();
-  test_mem_threshold();
+  test_thresholds();
   test_tracer();
   test_async_maps();
   test_predictor();
