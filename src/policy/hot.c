@@ -103,6 +103,9 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
 /* profiled: a large object ROCS profiles (rocs.c): trapped and moved, though excluded from spreading */
 typedef struct range_s { uint8_t* base; uint32_t pages, at; bool excluded, locked, profiled; uint8_t set; } range_t;
 typedef struct lane_s { uint8_t* base; uint32_t pages, at; int slot; bool writes, untrapped; uint64_t bits[LANE / 64]; } lane_t;
+#define LAPS     24                  /* ROCS's lap pages */
+#define LAP_EACH 4                   /* ... armed at a time */
+#define LAP_WINDOWS 8                /* ... that often a period */
 typedef struct hot_page_s { uint8_t* page; uint8_t heat; int8_t colour, first; bool fixed, locked; uint8_t set; } hot_page_t;   /* locked: a lock set's */
 
 static struct {
@@ -120,6 +123,12 @@ static struct {
   uint8_t*   nest;                   /* the lock set + 1 that touched it deep (0: none) */
   ca_rocs_page_t* prof;              /* ROCS's profile of the page (rocs.h) */
   uint16_t   order[RANGES];           /* ROCS's notes: the ranges by base */
+  uint8_t*   lap[LAPS];              /* ROCS's lap pages, by address (NULL: dropped) */
+  int        lap_slot[LAPS];
+  uint64_t   lap_bits[LAPS][1];
+  uint32_t   nlap, lap_next, lap_trapped;
+  uint64_t   lap_ns, lap_end, next_lap;   /* their time armed untouched, summed since the last step; armed
+                                            until; next armed then */
   size_t     used;                   /* arena entries handed out (compacted when full) */
   lane_t     lane[LANES];            /* the window's */
   uint32_t   nlanes;
@@ -429,6 +438,36 @@ static uint64_t lane_cost(uint32_t at, uint32_t pages, bool writes) {
 
 static uint64_t measure_fault(bool writes);
 
+/* ROCS's lap pages, LAP_EACH at a time in turn, armed alone between the windows (no other trap
+   to wait behind), every period / LAP_WINDOWS: a loop's pages all wait for the same point of its
+   lap, so a lap window is one sample whatever its pages, and a step needs many */
+static void open_laps(uint64_t now) {
+  _ca_lock(&H.lock);
+  for (uint32_t i = 0; i < H.nlap; i++) H.lap_slot[i] = -1;
+  for (uint32_t k = 0; k < LAP_EACH && k < H.nlap; k++) {
+    uint32_t i = H.lap_next++ % H.nlap;
+    range_t* r = H.lap[i] != NULL ? range_of(H.lap[i]) : NULL;
+    if (r == NULL || !r->profiled) H.lap[i] = NULL;
+    H.lap_slot[i] = H.lap[i] != NULL ? _ca_access_arm(H.lap[i], 1, H.lap_bits[i], false) : -1;
+  }
+  _ca_unlock(&H.lock);
+  H.lap_end = now + (uint64_t)opt[HOT_OPT_WINDOW] * 1000000u;
+}
+
+static void close_laps(void) {
+  _ca_lock(&H.lock);
+  for (uint32_t i = 0; i < H.nlap; i++) {
+    if (H.lap_slot[i] < 0 || !_ca_access_disarm(H.lap_slot[i])) continue;
+    uint64_t waited, open;
+    _ca_access_waited(H.lap_slot[i], &waited, &open);
+    bool t = bit(H.lap_bits[i], 0);
+    H.lap_trapped += t;
+    H.lap_ns += t ? waited : open;
+  }
+  _ca_unlock(&H.lock);
+  H.lap_end = 0;
+}
+
 /* The window's lanes, from where the last stopped, while their cost fits the budget: traps
    while they fit and no thread may have every signal blocked (access.c's quiet), write
    protection for the rest (hot_traps=both); or one kind only. */
@@ -679,6 +718,11 @@ static uint64_t work(void) {
     if (now >= H.next_window) { spread(); H.next_window = _ca_clock_ns() + (uint64_t)opt[HOT_OPT_PERIOD] * 1000000u; }
     return (H.next_window - now) / 1000000 + 1;
   }
+  if (H.lap_end != 0) {
+    if (now < H.lap_end) return (H.lap_end - now) / 1000000 + 1;
+    close_laps();
+    H.next_lap = now + (uint64_t)opt[HOT_OPT_PERIOD] * 1000000u / LAP_WINDOWS;
+  }
   if (H.window_end != 0) {
     if (now < H.window_end) return (H.window_end - now) / 1000000 + 1;
     close_window();
@@ -690,9 +734,15 @@ static uint64_t work(void) {
   }
   if (now >= H.next_window) {
     open_window(now);
+    H.next_lap = now + 2 * (uint64_t)opt[HOT_OPT_WINDOW] * 1000000u;
     return (uint64_t)opt[HOT_OPT_WINDOW];
   }
-  return (H.next_window - now) / 1000000 + 1;
+  if (H.nlap != 0 && now >= H.next_lap && now + 2 * (uint64_t)opt[HOT_OPT_WINDOW] * 1000000u < H.next_window) {
+    open_laps(now);
+    return (uint64_t)opt[HOT_OPT_WINDOW];
+  }
+  uint64_t next = H.nlap != 0 && H.next_lap > now && H.next_lap < H.next_window ? H.next_lap : H.next_window;
+  return (next - now) / 1000000 + 1;
 }
 
 static ca_colour_client_t client = { on_range, work, 0 };
@@ -908,6 +958,39 @@ void _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n) {
     range_t* r = sorted_range_of(s[k].page);
     if (r != NULL) _ca_rocs_note(&H.prof[r->at + (s[k].page - (uintptr_t)r->base) / CA_OS_PAGE], s[k].level, s[k].ticks);
   }
+  _ca_unlock(&H.lock);
+}
+
+/* lap pages: up to LAPS of the profiled pages touched (reloads counted), evenly spread over them
+   (over a stream's lap, so that their waits do not depend on where the lap was when armed) */
+uint32_t _ca_hot_rocs_laps(void) {
+  _ca_lock(&H.lock);
+  H.nlap = 0;
+  H.lap_ns = 0;
+  H.lap_trapped = 0;
+  uint32_t touched = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    uint32_t seen = 0;
+    for (uint32_t i = 0; H.prof != NULL && i < H.n; i++)
+      for (uint32_t p = 0; H.r[i].profiled && p < H.r[i].pages; p++) {
+        if (H.prof[H.r[i].at + p].n < CA_ROCS_MIN_SAMPLES) continue;
+        if (pass == 1 && H.nlap < LAPS && (uint64_t)seen * LAPS / touched >= H.nlap) H.lap[H.nlap++] = H.r[i].base + (size_t)p * CA_OS_PAGE;
+        seen++;
+      }
+    touched = seen;
+    if (touched == 0) break;
+  }
+  uint32_t n = H.nlap;
+  _ca_unlock(&H.lock);
+  return n;
+}
+
+void _ca_hot_rocs_lap(uint64_t* untouched_ns, uint32_t* trapped) {
+  _ca_lock(&H.lock);
+  *untouched_ns = H.lap_ns;
+  *trapped = H.lap_trapped;
+  H.lap_ns = 0;
+  H.lap_trapped = 0;
   _ca_unlock(&H.lock);
 }
 

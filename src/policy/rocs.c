@@ -108,8 +108,9 @@ static struct {
   /* statistics */
   uint64_t          samples[5], profiles, searches, phases, moved_in, moved_out, move_failures, gone, guarded, spared;
   uint32_t          chosen, history_n;
-  struct { uint32_t k; double progress, stall; } history[HISTORY];   /* per configuration scored */
-  double            last_progress, last_stall;
+  struct { uint32_t k; double progress, stall, lap; } history[HISTORY];   /* per configuration scored */
+  double            last_progress, last_stall, last_lap;
+  uint32_t          laps;           /* lap pages chosen for the search */
   bool              by_progress;
   ca_rocs_run_t     before[PROFILE_RUNS];   /* the address-space profile the last search began with */
   uint32_t          nbefore, covered;    /* ... and the percent of runs profiled enough then */
@@ -138,19 +139,29 @@ void _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, d
   s->done = size == 0;
 }
 
+static bool beats(double a, double b, double margin) { return a - b >= (b < 0 ? -b : b) * margin; }
+
 uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
   if (s->done) return s->best_k;
+  if (s->confirming) {                                   /* the confirmation: k = 0, best, 0, best */
+    if (s->k == 0) { s->zero = score; s->k = s->best_k; return s->k; }
+    s->won += beats(score, s->zero, s->margin);
+    if (++s->pairs < CA_ROCS_CONFIRM) { s->k = 0; return 0; }
+    s->done = true;
+    s->k = s->won == CA_ROCS_CONFIRM ? s->best_k : 0;
+    return s->k;
+  }
   if (s->steps++ == 0) { s->base = s->best = score; s->best_k = 0; }
   else if (score > s->best) { s->best = score; s->best_k = s->k; }
   if (s->k < s->size) {
     s->k = s->size - s->k > s->step ? s->k + s->step : s->size;
     return s->k;
   }
-  /* better than k = 0 by the margin, else nothing (the scores' sign: higher is better) */
-  double m = s->base < 0 ? -s->base : s->base;
-  if (s->best_k != 0 && s->best - s->base < m * s->margin) s->best_k = 0;
-  s->done = true;
-  s->k = s->best_k;
+  /* better than k = 0 by the margin, then again in each pair of the confirmation; else nothing */
+  if (s->best_k != 0 && !beats(s->best, s->base, s->margin)) s->best_k = 0;
+  s->confirming = s->best_k != 0;
+  s->done = !s->confirming;
+  s->k = s->confirming ? 0 : s->best_k;
   return s->k;
 }
 
@@ -230,18 +241,22 @@ static bool score(double* out) {
   double sum;
   uint32_t pages;
   _ca_hot_rocs_step(&sum, &pages);
+  uint64_t untouched;
+  uint32_t trapped;
+  _ca_hot_rocs_lap(&untouched, &trapped);
   uint64_t units = atomic_load_explicit(&R.progress, ca_relaxed), cpu = cpu_ns();
   R.by_progress = units != 0;
   R.last_progress = cpu > R.cpu_at ? (double)(units - R.progress_at) * 1e9 / (double)(cpu - R.cpu_at) : 0;
   R.last_stall = pages ? sum / pages : 0;
+  R.last_lap = trapped ? (double)untouched / trapped / 1000 : 0;
   R.progress_at = units;
   R.cpu_at = cpu;
-  *out = R.by_progress ? R.last_progress : -R.last_stall;
-  return R.by_progress || pages > 0;
+  *out = R.by_progress ? R.last_progress : R.laps ? -R.last_lap : -R.last_stall;
+  return R.by_progress || (R.laps ? trapped > 0 : pages > 0);
 }
 
 static void note(uint32_t k) {
-  if (R.history_n < HISTORY) R.history[R.history_n++] = (typeof(R.history[0])){ k, R.last_progress, R.last_stall };
+  if (R.history_n < HISTORY) R.history[R.history_n++] = (typeof(R.history[0])){ k, R.last_progress, R.last_stall, R.last_lap };
 }
 
 /* the top k of the stack in the buffer, within the budget; true when there */
@@ -333,6 +348,7 @@ void _ca_rocs_window(void) {
     R.nbefore = _ca_hot_rocs_profile(R.before, PROFILE_RUNS);
     _ca_colour_prepare(R.set, R.nstack + 8, 0);                 /* frames for the buffer, stocked meanwhile */
     R.history_n = 0;
+    R.laps = _ca_hot_rocs_laps();
     (void)score(&(double){0});                                 /* the first configuration's measure starts */
     if (opt[R_OPT_FIXED] >= 0) {                               /* a point of a sweep: no search, no phases */
       R.chosen = (uint32_t)((uint64_t)R.nstack * (uint64_t)opt[R_OPT_FIXED] / 100);
@@ -401,7 +417,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_str(b, "{\"state\":\"");
   ca_buf_str(b, state_words[R.state]);
   ca_buf_str(b, "\",\"objective\":\"");
-  ca_buf_str(b, R.by_progress ? "progress" : "reload stall");
+  ca_buf_str(b, R.by_progress ? "progress" : R.laps ? "lap time" : "reload stall");
   ca_buf_str(b, "\",\"reserved\":");
   ca_buf_str(b, R.reserved ? "true" : "false");
   ca_buf_field_u64(b, "buffer_colours", R.set > 0 ? (uint64_t)__builtin_popcountll(_ca_colour_known_mask()) / (uint64_t)opt[R_OPT_BUFFER] : 0);
@@ -422,6 +438,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "reused_moved_out", R.guarded);
   ca_buf_field_u64(b, "reused_spared", R.spared);
   ca_buf_field_u64(b, "phase_changes", R.phases);
+  ca_buf_field_u64(b, "lap_pages", R.laps);
   /* the address-space profile, [object, % from memory, % beyond the L2, in the buffer] per run:
      as the last search began, and now */
   ca_rocs_run_t now[PROFILE_RUNS];
@@ -447,6 +464,8 @@ static void stats(ca_buf_t* b) {
     ca_buf_fixed(b, (int64_t)(R.history[i].progress * 1000), 3);
     ca_buf_char(b, ',');
     ca_buf_fixed(b, (int64_t)(R.history[i].stall * 1000), 3);
+    ca_buf_char(b, ',');
+    ca_buf_fixed(b, (int64_t)(R.history[i].lap * 1000), 3);
     ca_buf_char(b, ']');
   }
   ca_buf_str(b, "]}");

@@ -387,6 +387,27 @@ static void quiet(void) {
   fprintf(stderr, "quiet: thread exit, posix_spawn and vfork keep ranges open\n");
 }
 
+/* how long a trapped range's pages waited to be touched, and how long it stayed armed: at least
+   the sleeps before each touch (lower bounds only: the host may add, never take away) */
+static void waited(void) {
+  volatile char* r = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  for (int i = 0; i < 4; i++) r[i * 4096] = 1;
+  uint64_t bits[1], w = 0, open = 0;
+  int s = _ca_access_arm((void*)r, 4, bits, false);
+  CHECK(s >= 0);
+  usleep(5000);
+  r[1 * 4096] = 2;                                 /* waited 5 ms */
+  usleep(5000);
+  r[2 * 4096] = 3;                                 /* 10 ms */
+  usleep(2000);
+  CHECK(_ca_access_disarm(s));
+  _ca_access_waited(s, &w, &open);
+  CHECK_EQ(bits[0], (uint64_t)((1 << 1) | (1 << 2)));
+  CHECK(w >= 14500000u && open >= 11500000u && w <= 2 * open);   /* less the first trap's own time */
+  munmap((void*)r, 4 * 4096);
+  fprintf(stderr, "waited: two pages touched 5 and 10 ms after arming waited %.1f ms in all, armed %.1f ms\n", w / 1e6, open / 1e6);
+}
+
 /* write protection: the pages written, and only those, seen; a system call writing into the
    range and a thread with every signal blocked go on; quiet does not stop it */
 static void written(void) {
@@ -424,6 +445,7 @@ int main(void) {
   ranking();
   if (chromalloc_option("hot") != 1) { fprintf(stderr, "test_hot: run with CHROMALLOC_OPTIONS=hot=1\n"); return 2; }
   quiet();
+  waited();
   written();
   program();
   return check_done("test_hot");
