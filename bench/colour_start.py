@@ -92,8 +92,9 @@ def prepare(name, configs, out):
     if "mimalloc" in configs and not harness.ensure_preloads([harness.Allocator("mimalloc", str(harness.LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0")]):
         configs.remove("mimalloc")
     work = Path(tempfile.mkdtemp(prefix=name + "-"))
-    if any(c.startswith("colour") for c in configs) and not calibrate(work):
-        say(f"{name}: calibration failed: the colour configurations run without a usable profile")
+    # a loud moment can fail a calibration (on the Xeon once 163 of 165 eviction sets failed): try three times
+    if any(c.startswith("colour") for c in configs) and not any(calibrate(work) for _ in range(3)):
+        say(f"{name}: calibration failed three times: the colour configurations run without a usable profile")
     return out, work
 
 

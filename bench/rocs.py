@@ -41,10 +41,11 @@ colour worker's CPU, which its default share (2% of the program's) would spread 
 Figures: the chase's ns per line and the laps per second, medians of the seconds from the 5th
 on, per process; then medians (ranges) per configuration, the configurations interleaved (their
 order turns by one each repetition).  Under colour-rocs-progress the search is scored by the
-program's progress, and the stand-in (the mean reload time) is measured beside it for each
-configuration: "rank corr" is their Spearman rank correlation per process (1: the stand-in orders
-the configurations as the program's own measure does); with --sweep, the same over the sweep's
-points (their median laps per second against their median reload time).  Targets (the issue's;
+program's progress, and both stand-ins (the lap pages' wait, colour-rocs's score, and the mean
+reload time) are measured beside it for each configuration: "lap corr" and "stall corr" are
+their Spearman rank correlations with it per process (1: the stand-in orders the configurations
+as the program's own measure does); with --sweep, the same over the sweep's points (their median
+laps per second against their median stand-in).  Targets (the issue's;
 reported, never enforced): the chase under colour-rocs within 1.3x of nostream's; under the
 adversaries (art4, reuse, chase), no ROCS configuration slower in laps per second than colour by
 more than 2%; the search within 5% of the sweep's best point.

@@ -18,6 +18,8 @@
                 faults (their heat) fit the budget of hot_overhead per mille of the run time;
                 past the traps' share, or while traps are not safe (access.c's quiet), lanes
                 are write-protected instead (monitor/written.c): written pages seen, no trap.
+     laps       ROCS's lap pages (its stand-in for IPC), 4 at a time, armed alone between the
+                windows, 8 times a period: how long each waited to be touched.
      scan       each lane's bits read the paper's way (locality jumping, _ca_hot_scan) into its
                 pages' heat.
      threshold  the histogram of heats gives the lowest heat of the hottest K pages, K = the

@@ -29,16 +29,19 @@
                moved into the buffer (the colour layer's moves, at most rocs_budget pages a
                window), each configuration scored over rocs_step windows once its moves are
                done (a page of a run whose own reloads are not memory's is spared); the
-               best k stays, unless it beats k = 0 by less than rocs_margin %, and the runs
-               above it move back out.  rocs_fixed=P confines the top P% without a search
+               best k stays, unless it beats k = 0 by less than rocs_margin %, or its two scores
+               do not both beat k = 0's two by that (the confirmation: the best scored again in
+               place, then k = 0 again), and the runs above it move back out.  rocs_fixed=P confines the top P% without a search
                (points of a sweep by hand, to check the search against).
      victims   while anything is in the buffer, the same objects' pages reused through the
                caches move to the other colours, once each (guard: 1 in 16 lay in the buffer's).
      score     the paper measures IPC; these machines have no counter of instructions.  If the
                program calls chromalloc_progress(units): its units per CPU second of its own
                threads (the colour worker's stocking and moves left out).  Else the stand-in:
-               minus the mean reload time per page sampled in the step (an estimate of the stall
-               per reference; every sampled page counts once, whatever its access rate).
+               minus the lap time, how long the lap pages (hot.c: a few touched pages of the
+               profiled objects, armed alone between the windows) wait to be touched; a loop
+               touches them once a lap.  Without lap pages, minus the mean reload time per page
+               sampled in the step (an estimate of the stall per reference).
      phases    once settled, each rocs_step windows are scored again; a score off the settled one
                by more than a third for three scores in a row is a new phase: the buffer is
                emptied and the profile and search run again.
@@ -143,12 +146,11 @@ static bool beats(double a, double b, double margin) { return a - b >= (b < 0 ? 
 
 uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
   if (s->done) return s->best_k;
-  if (s->confirming) {                                   /* the confirmation: k = 0, best, 0, best */
-    if (s->k == 0) { s->zero = score; s->k = s->best_k; return s->k; }
-    s->won += beats(score, s->zero, s->margin);
-    if (++s->pairs < CA_ROCS_CONFIRM) { s->k = 0; return 0; }
+  if (s->confirming) {                  /* the best scored again where it is, then k = 0 again */
+    if (s->k != 0) { s->again = score; s->k = 0; return 0; }
+    double lo = s->again < s->best ? s->again : s->best, hi = score > s->base ? score : s->base;
     s->done = true;
-    s->k = s->won == CA_ROCS_CONFIRM ? s->best_k : 0;
+    s->k = s->best_k = beats(lo, hi, s->margin) ? s->best_k : 0;
     return s->k;
   }
   if (s->steps++ == 0) { s->base = s->best = score; s->best_k = 0; }
@@ -157,11 +159,11 @@ uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
     s->k = s->size - s->k > s->step ? s->k + s->step : s->size;
     return s->k;
   }
-  /* better than k = 0 by the margin, then again in each pair of the confirmation; else nothing */
+  /* better than k = 0 by the margin, then confirmed; else nothing */
   if (s->best_k != 0 && !beats(s->best, s->base, s->margin)) s->best_k = 0;
   s->confirming = s->best_k != 0;
   s->done = !s->confirming;
-  s->k = s->confirming ? 0 : s->best_k;
+  s->k = s->best_k;
   return s->k;
 }
 

@@ -45,14 +45,14 @@ static inline bool _ca_rocs_l3_fits(size_t bytes, size_t l3, uint32_t buffer) {
 /* The search (the paper's Algorithm 1): the top k pages of a stack of `size` go to the buffer,
    k = 0, step, 2 step ... size, each configuration scored (higher is better) by the caller; then
    the best, unless it beats k = 0 by less than `margin` (a fraction): k = 0.  A best is then
-   confirmed: k = 0 and the best scored again, CA_ROCS_CONFIRM times in turn, and kept only if it
-   beat k = 0 by the margin each time (the best of a sweep of noisy scores is the luckiest: under
-   the lap stand-in, whose scores move 20% at a fixed k, the 8 MiB reuse adversary kept 17-129
-   runs of its stack and lost 2.7%). */
-#define CA_ROCS_CONFIRM 2
+   confirmed: scored again where it is, then k = 0 again, and kept only if the worse of its two
+   scores beats the better of k = 0's by the margin (the best of a sweep of noisy scores is the
+   luckiest: under the lap stand-in, whose scores move 20% at a fixed k, the 8 MiB reuse
+   adversary kept 17-129 runs of its stack and lost 2.7%).  Only a best that holds moves in
+   again. */
 typedef struct ca_rocs_search_s {
-  uint32_t size, step, k, best_k, steps, pairs, won;
-  double best, base, zero, margin;
+  uint32_t size, step, k, best_k, steps;
+  double best, base, again, margin;
   bool confirming, done;
 } ca_rocs_search_t;
 void     _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, double margin);
