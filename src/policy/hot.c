@@ -129,8 +129,8 @@ static struct {
   int        lap_slot[LAPS];
   uint64_t   lap_bits[LAPS][1];
   uint32_t   nlap, lap_next, lap_trapped;
-  uint64_t   lap_ns, lap_end, next_lap;   /* their time armed untouched, summed since the last step; armed
-                                            until; next armed then */
+  uint64_t   lap_ns, lap_end, next_lap;   /* their waits (untouched: the time armed), summed since the
+                                            last step; armed until; next armed then */
   size_t     used;                   /* arena entries handed out (compacted when full) */
   lane_t     lane[LANES];            /* the window's */
   uint32_t   nlanes;
@@ -357,6 +357,12 @@ static void remove_range(uint8_t* p, size_t bytes) {
       if (H.lane[l].slot >= 0 && H.lane[l].base >= lo && H.lane[l].base < lo + (size_t)H.r[i].pages * CA_OS_PAGE) {
         _ca_access_disarm(H.lane[l].slot);
         H.lane[l].slot = -1;
+      }
+    for (uint32_t l = 0; l < H.nlap; l++)           /* the lap pages in it: opened, and dropped */
+      if (H.lap[l] != NULL && H.lap[l] >= lo && H.lap[l] < lo + (size_t)H.r[i].pages * CA_OS_PAGE) {
+        if (H.lap_end != 0 && H.lap_slot[l] >= 0) _ca_access_disarm(H.lap_slot[l]);
+        H.lap_slot[l] = -1;
+        H.lap[l] = NULL;
       }
     index_delete(h);
     if (i != --H.n) {                              /* the last range takes its slot */
@@ -987,9 +993,9 @@ uint32_t _ca_hot_rocs_laps(void) {
   return n;
 }
 
-void _ca_hot_rocs_lap(uint64_t* untouched_ns, uint32_t* trapped) {
+void _ca_hot_rocs_lap(uint64_t* waited_ns, uint32_t* trapped) {
   _ca_lock(&H.lock);
-  *untouched_ns = H.lap_ns;
+  *waited_ns = H.lap_ns;
   *trapped = H.lap_trapped;
   H.lap_ns = 0;
   H.lap_trapped = 0;

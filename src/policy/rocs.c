@@ -243,14 +243,14 @@ static bool score(double* out) {
   double sum;
   uint32_t pages;
   _ca_hot_rocs_step(&sum, &pages);
-  uint64_t untouched;
+  uint64_t waited;
   uint32_t trapped;
-  _ca_hot_rocs_lap(&untouched, &trapped);
+  _ca_hot_rocs_lap(&waited, &trapped);
   uint64_t units = atomic_load_explicit(&R.progress, ca_relaxed), cpu = cpu_ns();
   R.by_progress = units != 0;
   R.last_progress = cpu > R.cpu_at ? (double)(units - R.progress_at) * 1e9 / (double)(cpu - R.cpu_at) : 0;
   R.last_stall = pages ? sum / pages : 0;
-  R.last_lap = trapped ? (double)untouched / trapped / 1000 : 0;
+  R.last_lap = trapped ? (double)waited / trapped / 1000 : 0;
   R.progress_at = units;
   R.cpu_at = cpu;
   *out = R.by_progress ? R.last_progress : R.laps ? -R.last_lap : -R.last_stall;

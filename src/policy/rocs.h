@@ -93,10 +93,11 @@ static inline uint32_t _ca_rocs_run(uint32_t pages) {
 void     _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n);
 uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uint32_t* covered, uint32_t* runs);
 void     _ca_hot_rocs_step(double* sum, uint32_t* pages);   /* mean ticks per page sampled in the step; reset */
-/* lap pages: a few touched pages of the profiled objects, armed every window; how long they
-   waited to be touched (armed time untouched, summed) and how many were, since the last call */
+/* lap pages: a few touched pages of the profiled objects, armed alone a few at a time between
+   the windows; how long they waited to be touched (an untouched one: its time armed), summed,
+   and how many were, since the last call */
 uint32_t _ca_hot_rocs_laps(void);                 /* chosen anew: how many */
-void     _ca_hot_rocs_lap(uint64_t* untouched_ns, uint32_t* trapped);
+void     _ca_hot_rocs_lap(uint64_t* waited_ns, uint32_t* trapped);
 enum { CA_ROCS_IN, CA_ROCS_OUT, CA_ROCS_AWAY };   /* into the buffer, back out, away from its colours */
 int      _ca_hot_rocs_move(uint8_t* page, int set, int how);   /* 1 moved, 0 no frame, -1 gone, -2 spared
                                                                    (reused), -3 not in the buffer */
