@@ -76,9 +76,9 @@ uint32_t _ca_monitor_l2_threshold(uint32_t hit, uint32_t l3_low, uint32_t l3) {
 }
 
 /* Where a reload from memory begins, from the chase's fastest reading of the L3 (the second of
-   nine: the other tenants only ever add) and flushed lines' median.  A page of a stream beyond the L3 reads about 3x the L3 on Zen 4
-   (the L3 keeps some of its lines; flushed lines read 12-13x), and as slow as flushed lines on
-   the Intel Xeon (L3 pages 440-820 ticks, beyond it 1400-2600, flushed about 2000).  So: 3x the
+   nine: the other tenants only ever add) and flushed lines' median.  A page of a stream beyond
+   the L3 reads about 3x the L3 on Zen 4 (the L3 keeps some of its lines; flushed lines read
+   12-13x), and as slow as flushed lines on the Intel Xeon (L3 pages 440-820 ticks, beyond it 1400-2600, flushed about 2000).  So: 3x the
    L3, at most the geometric middle of L3 and memory, and at most a quarter of memory's time,
    which keeps a loud L3 reading on Zen (260-858 ticks from process to process) from taking such
    a stream for the L3's.  That cap is dropped when it would put the line within 1.5x of the L3's

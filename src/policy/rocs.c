@@ -31,8 +31,9 @@
                done (a page of a run whose own reloads are not memory's is spared); the
                best k stays, unless it beats k = 0 by less than rocs_margin %, or its two scores
                do not both beat k = 0's two by that (the confirmation: the best scored again in
-               place, then k = 0 again), and the runs above it move back out.  rocs_fixed=P confines the top P% without a search
-               (points of a sweep by hand, to check the search against).
+               place, then k = 0 again), and the runs above it move back out.  rocs_fixed=P
+               confines the top P% without a search (points of a sweep by hand, to check the
+               search against).
      victims   while anything is in the buffer, the same objects' pages reused through the
                caches move to the other colours, once each (guard: 1 in 16 lay in the buffer's).
      score     the paper measures IPC; these machines have no counter of instructions.  If the
