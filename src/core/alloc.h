@@ -1,6 +1,6 @@
 /* The two fast paths, inline.  malloc: one TLS load, one table load, pop a list.  free: check the
-   pointer is ours and a block start (segment bitmap + exact division), check the span is this
-   thread's and needs no care (one field, span.local), push on the local list.  Anything else
+   pointer is ours and a block start (segment bitmap + exact division), check the span is small,
+   this thread's and needs no care (one field, span.local), push on the local list.  Anything else
    (first call of a thread, empty list, remote or full span, over-aligned block, double free,
    large object) goes to a noinline slow path, reached by a tail call, so these stay small and
    spill no registers. */
@@ -59,8 +59,10 @@ static inline __attribute__((always_inline)) void _ca_free(void* p) {
   uintptr_t i = _ca_segment_index(p) & (((uintptr_t)1 << CA_SEGMAP_BITS) - 1);
   if (ca_likely((atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1)) {
     ca_segment_t* seg = (ca_segment_t*)(i << CA_SEGMENT_SHIFT);
-    /* masked too: a large object's pointer past 128 MiB must not index beyond spans[] */
-    ca_span_t* s = &seg->spans[(((uintptr_t)p - (uintptr_t)seg) >> seg->span_shift) & (CA_MAX_SPANS - 1)];
+    /* the span as if the segment were SMALL (a constant shift, no load): only small spans take
+       this path (span.local), and the block test fails p anywhere but in the span it names */
+    _Static_assert(sizeof(ca_span_t) == 3 * 32 && CA_MAX_SPANS == 32, "spans[] indexed by shift, mask, x3");
+    ca_span_t* s = (ca_span_t*)((uintptr_t)seg->spans + 3 * (((uintptr_t)p >> (CA_SMALL_SHIFT - 5)) & (31 << 5)));
     ca_block_t* b = (ca_block_t*)p;
     if (ca_likely(s->local == _ca_heap && _ca_block_index(s, p) < s->capacity && b->key != _ca_key)) {
       b->next = s->local_free;
@@ -70,7 +72,7 @@ static inline __attribute__((always_inline)) void _ca_free(void* p) {
       _ca_free_last(s);                       /* tail calls only: the fast path spills nothing */
       return;
     }
-    _ca_free_span(seg, s, p);                 /* another thread's block, or one needing care */
+    _ca_free_span(seg, p);                    /* another thread's block, or one needing care */
     return;
   }
   _ca_free_unknown(p);

@@ -112,10 +112,13 @@ static ca_noinline void free_careful(ca_segment_t* seg, ca_span_t* s, void* p) {
   if (s->used == 0) _ca_heap_span_retire(h, s);
 }
 
-/* p lies in segment seg, in the span s would describe (free's fast path found both).  A remote
-   free of a plain block is the common case here (producer/consumer programs): checked and
-   pushed without the general path's frame (xmalloc-test on one CPU: 2.30 -> 1.99 s). */
-void _ca_free_span(ca_segment_t* seg, ca_span_t* s, void* p) {
+/* p lies in segment seg (free's fast path found it).  A remote free of a plain block is the
+   common case here (producer/consumer programs): checked and pushed without the general path's
+   frame (xmalloc-test on one CPU: 2.30 -> 1.99 s). */
+void _ca_free_span(ca_segment_t* seg, void* p) {
+  /* masked: a large object's pointer past 128 MiB, or a wild one above 2^47, must not index
+     beyond spans[] */
+  ca_span_t* s = &seg->spans[(((uintptr_t)p - (uintptr_t)seg) >> seg->span_shift) & (CA_MAX_SPANS - 1)];
   if (ca_likely(seg->cookie == ((uintptr_t)seg ^ _ca_process.secret) && seg->kind != CA_SEG_LARGE &&
                 (s->flags & (CA_SPAN_UNUSED | CA_SPAN_ALIGNED | CA_SPAN_POLICY)) == 0 &&
                 atomic_load_explicit(&seg->thread, ca_relaxed) != _ca_heap && _ca_block_index(s, p) < s->capacity)) {

@@ -130,9 +130,11 @@ void  _ca_span_extend(ca_span_t* s);
 void  _ca_span_collect(ca_span_t* s);
 void  _ca_span_set_delay(ca_span_t* s, uintptr_t state, bool override_never);
 static inline bool _ca_span_all_free(const ca_span_t* s) { return s->used == 0; }
-/* after s->flags or its owner changed: may the owner's frees take the fast path? */
+/* after s->flags or its owner changed: may the owner's frees take the fast path?  Small spans
+   only: free() finds a span by a constant shift */
 static inline void _ca_span_local(ca_span_t* s, ca_heap_t* h) {
-  s->local = h != NULL && s->flags == 0 && h->flavour == 0 ? h : NULL;
+  s->local = h != NULL && s->flags == 0 && h->flavour == 0 && _ca_span_segment(s)->kind == CA_SEG_SMALL
+             ? h : NULL;
 }
 
 /* ---- heaps (heap.c) ----------------------------------------------------------------------- */
@@ -156,7 +158,7 @@ void   _ca_heap_collect_flavours(ca_heap_t* h);        /* their empty spans go b
 
 /* ---- free (free.c) and large objects (large.c), aligned (aligned.c) ----------------------- */
 void   _ca_free_unknown(void* p) ca_noinline;
-void   _ca_free_span(ca_segment_t* seg, ca_span_t* s, void* p) ca_noinline;
+void   _ca_free_span(ca_segment_t* seg, void* p) ca_noinline;
 void   _ca_free_last(ca_span_t* s) ca_noinline;
 void   _ca_free_double_check(ca_heap_t* h, ca_span_t* s, ca_block_t* b) ca_noinline;
 void*  _ca_large_alloc(size_t n, size_t align, bool zero, uint8_t flavour) ca_noinline;

@@ -1,6 +1,6 @@
 /* Invalid frees abort with one line "chromalloc: ..." naming the pointer: a pointer that is not
-   chromalloc's (stack), an interior pointer of a small block and of a large object, a double
-   free by the owner, by another thread, and of a large object, a write into blocks another
+   chromalloc's (stack), an interior pointer of a small block, a medium one and a large object, a
+   double free by the owner, by another thread, of a medium block and of a large object, a write into blocks another
    thread freed that cuts their list short, a free into a span that was
    already given back, a pointer above user space that names one of our segments modulo 2^47, and
    realloc of a foreign pointer.  Each case runs in a child whose
@@ -45,6 +45,14 @@ static void remote_list_cut(void) {
   name(p[9]);
   for (int i = 0; i < 100000; i++) sink = malloc(56);    /* until the owner takes the list back */
 }
+/* medium blocks past a segment's first 64 KiB: free() first reads them as a small span's */
+static char* medium_far(void) {
+  static void* p[40];
+  for (int i = 0; i < 40; i++) p[i] = malloc(24000);
+  return p[39];
+}
+static void medium_interior(void) { char* p = medium_far(); name(p + 16); free(p + 16); }
+static void double_medium(void)   { char* p = medium_far(); name(p); free(p); free(p); }
 static void double_large(void)   { void* p = malloc(3 << 20); name(p); free(p); free(p); }
 static void freed_span(void) {
   static void* p[2000];
@@ -98,6 +106,8 @@ int main(void) {
   expect_abort("double free after a remote free", double_after_remote, "double free");
   expect_abort("double free by another thread", double_remote, "double free");
   expect_abort("double free of a large object", double_large, "double free");
+  expect_abort("interior pointer of a medium block", medium_interior, "not the start of an allocated block");
+  expect_abort("double free of a medium block", double_medium, "double free");
   expect_abort("remote free list cut short", remote_list_cut, "corrupted remote free list");
   expect_abort("free into a released span", freed_span, "free(): ");
   expect_abort("pointer above user space", wild_high, "not allocated by chromalloc");
