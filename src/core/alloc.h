@@ -1,6 +1,6 @@
 /* The two fast paths, inline.  malloc: one TLS load, one table load, pop a list.  free: check the
-   pointer is ours and a block start (segment bitmap + exact division), check the span is small,
-   this thread's and needs no care (one field, span.local), push on the local list.  Anything else
+   pointer is ours and a block start (segment bitmap + exact division), check the span is this
+   thread's and needs no care (one field, span.local), push on the local list.  Anything else
    (first call of a thread, empty list, remote or full span, over-aligned block, double free,
    large object) goes to a noinline slow path, reached by a tail call, so these stay small and
    spill no registers. */
@@ -53,25 +53,31 @@ static inline void _ca_zero_block(void* p, size_t n) {
   memset(p, 0, n);
 }
 
+/* p in span s, of this thread's ordinary heap, needing no care (s->local): pushed on its local
+   list when it is a block start not already free; false otherwise */
+static inline __attribute__((always_inline)) bool _ca_free_mine(ca_span_t* s, void* p) {
+  ca_block_t* b = (ca_block_t*)p;
+  if (ca_likely(s->local == _ca_heap && _ca_block_index(s, p) < s->capacity && b->key != _ca_key)) {
+    b->next = s->local_free;
+    b->key = _ca_key;
+    s->local_free = b;
+    if (ca_unlikely(--s->used == 0)) _ca_free_last(s);   /* a tail call: the fast path spills nothing */
+    return true;
+  }
+  return false;
+}
+
 static inline __attribute__((always_inline)) void _ca_free(void* p) {
   /* the index is masked instead of bounds-checked: a wild pointer above 2^47 then names one of
      our segments, and fails the block test below (its offset from the span is no block's) */
   uintptr_t i = _ca_segment_index(p) & (((uintptr_t)1 << CA_SEGMAP_BITS) - 1);
   if (ca_likely((atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1)) {
     ca_segment_t* seg = (ca_segment_t*)(i << CA_SEGMENT_SHIFT);
-    /* the span as if the segment were SMALL (a constant shift, no load): only small spans take
-       this path (span.local), and the block test fails p anywhere but in the span it names */
+    /* the span as if the segment were SMALL (a constant shift, no load of the segment's): in a
+       MEDIUM or LARGE one, the block test fails p anywhere but in the span this names */
     _Static_assert(sizeof(ca_span_t) == 3 * 32 && CA_MAX_SPANS == 32, "spans[] indexed by shift, mask, x3");
     ca_span_t* s = (ca_span_t*)((uintptr_t)seg->spans + 3 * (((uintptr_t)p >> (CA_SMALL_SHIFT - 5)) & (31 << 5)));
-    ca_block_t* b = (ca_block_t*)p;
-    if (ca_likely(s->local == _ca_heap && _ca_block_index(s, p) < s->capacity && b->key != _ca_key)) {
-      b->next = s->local_free;
-      b->key = _ca_key;
-      s->local_free = b;
-      if (ca_likely(--s->used != 0)) return;
-      _ca_free_last(s);                       /* tail calls only: the fast path spills nothing */
-      return;
-    }
+    if (ca_likely(_ca_free_mine(s, p))) return;
     _ca_free_span(seg, p);                    /* another thread's block, or one needing care */
     return;
   }

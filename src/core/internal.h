@@ -130,11 +130,9 @@ void  _ca_span_extend(ca_span_t* s);
 void  _ca_span_collect(ca_span_t* s);
 void  _ca_span_set_delay(ca_span_t* s, uintptr_t state, bool override_never);
 static inline bool _ca_span_all_free(const ca_span_t* s) { return s->used == 0; }
-/* after s->flags or its owner changed: may the owner's frees take the fast path?  Small spans
-   only: free() finds a span by a constant shift */
+/* after s->flags or its owner changed: may the owner's frees take the fast path? */
 static inline void _ca_span_local(ca_span_t* s, ca_heap_t* h) {
-  s->local = h != NULL && s->flags == 0 && h->flavour == 0 && _ca_span_segment(s)->kind == CA_SEG_SMALL
-             ? h : NULL;
+  s->local = h != NULL && s->flags == 0 && h->flavour == 0 ? h : NULL;
 }
 
 /* ---- heaps (heap.c) ----------------------------------------------------------------------- */
