@@ -10,7 +10,7 @@
 #include "internal.h"
 
 /* a block from the heap's direct table, or NULL */
-static inline void* _ca_heap_pop(ca_heap_t* h, size_t n) {
+static inline __attribute__((always_inline)) void* _ca_heap_pop(ca_heap_t* h, size_t n) {
   if (ca_likely(n <= CA_DIRECT_MAX)) {
     ca_span_t* s = h->direct[(n + CA_MIN_ALIGN - 1) / CA_MIN_ALIGN];
     ca_block_t* b = s->free;
@@ -26,12 +26,15 @@ static inline void* _ca_heap_pop(ca_heap_t* h, size_t n) {
   return NULL;
 }
 
-static inline void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
+/* always inline, at any optimisation: the return address the slow path is given is then the
+   entry point's (malloc's caller: the policy's call site), whether or not the compiler makes
+   the call a tail call (at -O1 it does not: glibc's own buffers read as the program's) */
+static inline __attribute__((always_inline)) void* _ca_heap_malloc(ca_heap_t* h, size_t n) {
   void* p = _ca_heap_pop(h, n);
-  return ca_likely(p != NULL) ? p : _ca_malloc_generic(h, n);
+  return ca_likely(p != NULL) ? p : _ca_malloc_generic(h, n, __builtin_return_address(0));
 }
 
-static inline void* _ca_malloc(size_t n) { return _ca_heap_malloc(_ca_heap_alloc, n); }
+static inline __attribute__((always_inline)) void* _ca_malloc(size_t n) { return _ca_heap_malloc(_ca_heap_alloc, n); }
 
 /* malloc on behalf of an entry point other than malloc (calloc, realloc): the policy reads the
    program's context above that entry point's frame */

@@ -281,9 +281,10 @@ static void* small_policy(ca_heap_t* h, size_t n, const void* frame, const void*
   return f != NULL && f != h ? _ca_heap_malloc(f, n) : NULL;
 }
 
-/* malloc reaches this by a tail call: its caller's frame and return address are this one's */
-void* _ca_malloc_generic(ca_heap_t* h, size_t n) {
-  return _ca_malloc_generic_at(h, n, __builtin_frame_address(0), __builtin_return_address(0));
+/* malloc reaches this by a tail call (at -O2): its caller's frame is this one's.  Without the
+   tail call the stack scan starts one frame deeper, and `ret` still names malloc's caller. */
+void* _ca_malloc_generic(ca_heap_t* h, size_t n, const void* ret) {
+  return _ca_malloc_generic_at(h, n, __builtin_frame_address(0), ret);
 }
 
 void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const void* ret) {

@@ -136,7 +136,7 @@ static inline void _ca_span_local(ca_span_t* s, ca_heap_t* h) {
 }
 
 /* ---- heaps (heap.c) ----------------------------------------------------------------------- */
-void* _ca_malloc_generic(ca_heap_t* h, size_t n) ca_noinline;
+void* _ca_malloc_generic(ca_heap_t* h, size_t n, const void* ret) ca_noinline;
 void* _ca_malloc_generic_at(ca_heap_t* h, size_t n, const void* frame, const void* ret) ca_noinline;
 void  _ca_heap_init(ca_heap_t* h);
 ca_heap_t* _ca_heap_acquire(void);
