@@ -157,6 +157,10 @@ def suite(build):
         add("program-%s-monitored" % p, ["bash", run_sh, cso, p],
             {"CHROMALLOC_OPTIONS": "nightwatch=1,nightwatch_monitor=1", "BUILD_DIR": b})
         add("program-%s-hot" % p, ["bash", run_sh, cso, p], {"CHROMALLOC_OPTIONS": "hot=1,hot_delay=0", "BUILD_DIR": b})
+    # monitored again with the runtime built without tail calls (tests.mk): glibc's own buffers
+    # (getcwd's) must still read as glibc's, never sampled
+    add("program-monitored-nosibcall", ["bash", run_sh, os.path.join(build, "nosib", "libchromalloc-colour.so"), "git", "kbuf"],
+        {"CHROMALLOC_OPTIONS": "nightwatch=1,nightwatch_monitor=1", "BUILD_DIR": b})
     add("install", ["bash", os.path.join(ROOT, "tests/install/run.sh")])
     add("report", ["bash", os.path.join(ROOT, "tests/tools/report.sh")])
     add("docs", ["sh", "-c", "%s options --markdown --lib %s | diff -u %s -" %

@@ -60,7 +60,13 @@ $(TEST_BIN)/core-alone: tests/unit/core_alone.c $(LEAN_OBJ)
 	@mkdir -p $(TEST_BIN)
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(filter $(BUILD)/obj/core/% $(BUILD)/obj/index/%,$(LEAN_OBJ)) -nodefaultlibs -lc -lgcc
 
-TEST_BINS = $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static) \
+# the cache runtime built without sibling calls, as -O0 and -O1 builds are: malloc's call site
+# (whether glibc's own code asked) must not hang on the compiler making a call a tail call
+NOSIB_CSO = $(BUILD)/nosib/libchromalloc-colour.so
+$(NOSIB_CSO): $(LEAN_SRC) $(RUNTIME_SRC) $(LIB_HDR) Makefile
+	$(MAKE) -s BUILD=$(BUILD)/nosib OPT="$(OPT) -fno-optimize-sibling-calls" $(NOSIB_CSO)
+
+TEST_BINS = $(NOSIB_CSO) $(foreach t,$(TEST_NAMES),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-shared $(TEST_BIN)/test_$(t)-static) \
             $(foreach t,$(TEST_COLOUR),$(TEST_BIN)/test_$(t)-plain $(TEST_BIN)/test_$(t)-cshared $(TEST_BIN)/test_$(t)-cstatic) \
             $(foreach t,$(TEST_INTERNAL),$(TEST_BIN)/test_$(t)-internal) $(TEST_BIN)/core-alone \
             $(TEST_BIN)/test_new-plain $(TEST_BIN)/test_new-shared $(TEST_BIN)/test_new-static \
