@@ -114,7 +114,12 @@ extern ssize_t __send(int fd, const void* buf, size_t n, int flags);
 
 /* the monitor's sampled pages, protection's ranges (a page being recoloured is briefly
    read-only) and ranges armed for access bits (access.c), in [p, p + n) */
-static inline void release(const void* p, size_t n) { _ca_monitor_release(p, n); _ca_protect_release(p, n); _ca_access_release(p, n); }
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define CA_ADDRESS_ONLY __attribute__((access(none, 1)))   /* not read: read(2)'s buffer may be unset (gcc -O0 warned) */
+#else
+#define CA_ADDRESS_ONLY
+#endif
+static inline CA_ADDRESS_ONLY void release(const void* p, size_t n) { _ca_monitor_release(p, n); _ca_protect_release(p, n); _ca_access_release(p, n); }
 static inline bool watching(void) { return _ca_monitor_active() || _ca_protect_recorded() || _ca_access_watching(); }
 
 
