@@ -116,7 +116,7 @@ static void measure(void) {
     mem[r] = (uint32_t)_ca_mon_chase(page, (unsigned)r);
   }
   (void)sink;
-  (void)median(hit, R);
+  (void)median(hit, R);                                /* for its sort */
   M.hit_ticks = hit[1];                                /* the second fastest, as the L3's: a loud hit
                                                           reading (946-1388 ticks, not 170-240) read
                                                           every reload as the L2's */
