@@ -7,7 +7,8 @@
    calloc skips the memset of blocks carved from zero memory (fresh or purged) and reads zero
    every time: fresh, reused unpurged, purged, and in a child whose memory is locked (mlockall:
    purges fail there, and nothing purged is then taken to be zero).  A heap that the next thread
-   reuses keeps its pace. */
+   reuses keeps its pace.  A large object takes the cached segment whose resident pages fit it
+   best. */
 #include "check.h"
 #include "../../src/core/pacer.h"
 #include <malloc.h>
@@ -124,6 +125,28 @@ static void calloc_zero(void) {
   _ca_options[CA_OPT_PURGE_DELAY] = delay;
 }
 
+/* The segment cache hands a large object the cached segment whose resident pages cover it with
+   the least to spare, not the newest: taken newest first, a 640 KiB object got a segment that had
+   held 128 KiB and faulted in the rest, while one that had held 640 KiB waited (mstress). */
+#define SEG_OF(p) ((uintptr_t)(p) >> 21)
+static void cache_fit(void) {
+  long delay = _ca_options[CA_OPT_PURGE_DELAY];
+  _ca_options[CA_OPT_PURGE_DELAY] = 100000;            /* nothing purged meanwhile */
+  for (int order = 0; order < 2; order++) {
+    void* big = malloc(640 * 1024), *small = malloc(128 * 1024);
+    memset(big, 1, 640 * 1024);
+    memset(small, 1, 128 * 1024);
+    uintptr_t sb = SEG_OF(big), ss = SEG_OF(small);
+    if (order == 0) { free(big); free(small); } else { free(small); free(big); }   /* the other one newest */
+    void* want = order == 0 ? malloc(640 * 1024) : malloc(128 * 1024);
+    uintptr_t got = SEG_OF(want), expect = order == 0 ? sb : ss;
+    if (got != expect) fprintf(stderr, "cache fit, %s: segment %#lx, expected %#lx\n", order ? "small" : "big", (unsigned long)got, (unsigned long)expect);
+    CHECK(got == expect);
+    free(want);
+  }
+  _ca_options[CA_OPT_PURGE_DELAY] = delay;
+}
+
 static int cache_pace(void) {
   static char json[65536];
   chromalloc_stats_json(json, sizeof json);
@@ -163,6 +186,7 @@ int main(void) {
   require_chromalloc("test_purge");
   free(malloc(1));                                    /* options read */
   scripted();
+  cache_fit();                                        /* first: its segments fresh, no history */
   _ca_options[CA_OPT_PURGE_DELAY] = 100000;           /* nothing is purged while it runs */
   pthread_t t;
   pthread_create(&t, NULL, newest_span, NULL);
