@@ -43,11 +43,19 @@ static ca_noinline void* new_failed(size_t n, const void* frame, const void* ret
   }
 }
 
+/* new's slow path, reached by a tail call as malloc's is: its frame is then new's (the policy
+   reads the context above it, as above malloc), and new's fast path sets up no frame of its own
+   (it took 25 instructions where malloc takes 14) */
+static ca_noinline void* new_generic(size_t n, const void* ret) {
+  const void* frame = __builtin_frame_address(0);
+  void* p = _ca_malloc_generic_at(_ca_heap_alloc, n, frame, ret);
+  return ca_likely(p != NULL) ? p : new_failed(n, frame, ret);
+}
+
 /* the array forms are the plain ones; a sized delete does not need its size */
 ca_export void* _Znwm(size_t n) {
-  const void* frame = __builtin_frame_address(0), *ret = __builtin_return_address(0);
-  void* p = _ca_malloc_from(n, frame, ret);    /* the policy reads the context above new, as above malloc */
-  return ca_likely(p != NULL) ? p : new_failed(n, frame, ret);
+  void* p = _ca_heap_pop(_ca_heap_alloc, n);
+  return ca_likely(p != NULL) ? p : new_generic(n, __builtin_return_address(0));
 }
 ca_export void  _ZdlPv(void* p) { _ca_free(p); }
 ca_export void  _ZdlPvm(void* p, size_t n) { (void)n; _ca_free(p); }
