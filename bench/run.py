@@ -39,7 +39,7 @@ RESULTS = BENCH_DIR / "results"
 BUILD = ROOT / "build" / "bench"
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 
-SUITE = ["churn", "mixed", "prodcons", "larson", "cscratch", "large", "threadchurn", "xchurn"]
+SUITE = ["churn", "mixed", "prodcons", "larson", "cscratch", "large", "threadchurn", "xchurn", "cxxmap"]
 MULTI_THREADED = ["prodcons", "larson", "cscratch", "threadchurn", "xchurn"]
 PEERS = ["glibc", "jemalloc", "mimalloc", "tcmalloc"]
 REFERENCE = "mimalloc"            # suite ratios are to this allocator
@@ -155,14 +155,16 @@ def ensure_preloads(allocators):
 
 
 def build(cc):
-    """Compiles the benchmarks and the harness into build/bench/."""
+    """Compiles the benchmarks (C with $CC, C++ with $CXX) and the harness into build/bench/."""
     BUILD.mkdir(parents=True, exist_ok=True)
     warn = ["-O2", "-Wall", "-Wextra"]
     jobs = [(src, ["-std=c11", "-pthread", *warn], []) for src in sorted((BENCH_DIR / "src").glob("*.c"))]
     jobs += [(BENCH_DIR / "harness" / "launch.c", warn, []),
              (BENCH_DIR / "harness" / "probe.c", warn, ["-ldl"])]
+    jobs += [(src, ["-std=c++17", *warn], []) for src in sorted((BENCH_DIR / "src").glob("*.cpp"))]
+    cxx = os.environ.get("CXX", "c++")
     for src, flags, libs in jobs:
-        cmd = [cc, *flags, "-o", str(BUILD / src.stem), str(src), *libs]
+        cmd = [cxx if src.suffix == ".cpp" else cc, *flags, "-o", str(BUILD / src.stem), str(src), *libs]
         r = run_quiet(cmd)
         if r.stdout.strip():
             say(r.stdout)
