@@ -217,7 +217,7 @@ static ca_segment_t* segment_carve(void) {
    cached segment held a 128 KiB object when the next wanted 640 KiB, and mstress faulted in 15
    segments of large objects up to 2 MiB each where its live ones took 5 MiB.  The header, and
    `dirty` (kept across reuse), are left for the caller. */
-#define CA_SPAN_FIT_SLACK ((size_t)64 << 10)
+#define CA_FIT_SLACK ((size_t)64 << 10)
 static ca_segment_t* segment_map(size_t size, size_t touch, bool* fresh) {
   ca_segment_t* best = NULL;
   size_t best_res = 0;
@@ -228,7 +228,7 @@ static ca_segment_t* segment_map(size_t size, size_t touch, bool* fresh) {
     bool better = best == NULL || s->size < best->size ||
                   (s->size == best->size && (res >= touch ? best_res < touch || res < best_res : best_res < touch && res > best_res));
     if (better) { best = s; best_res = res; }
-    if (best->size == size && best_res >= touch && best_res - touch <= touch / 4 + CA_SPAN_FIT_SLACK) break;   /* fits well enough */
+    if (best->size == size && best_res >= touch && best_res - touch <= touch / 4 + CA_FIT_SLACK) break;   /* fits well enough */
   }
   if (best) {
     cache_unlink(best);
