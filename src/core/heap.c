@@ -232,7 +232,7 @@ static ca_span_t* heap_find_span(ca_heap_t* h, uint32_t c) {
   ca_segment_kind_t kind = (ca_segment_kind_t)_ca_class_kind[c];
   /* before taking a new span, adopt what exited threads left: it may hold this class */
   if (h->segments[kind].first == NULL && _ca_segment_reclaim(h) && (s = queue_find(h, c)) != NULL) return s;
-  s = _ca_segment_span_alloc(h, kind);
+  s = _ca_segment_span_alloc(h, kind, c);
   if (s == NULL) return NULL;
   _ca_span_init(h, s, c);
   _ca_span_extend(s);

@@ -102,7 +102,7 @@ size_t   _ca_layout_large_offset(uint64_t* rng);
 void     _ca_layout_span_shape(ca_span_t* s, uint32_t block_size);
 
 /* ---- segments (segment.c) ----------------------------------------------------------------- */
-ca_span_t*    _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind);
+ca_span_t*    _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind, uint32_t sclass);
 void          _ca_segment_span_free(ca_heap_t* h, ca_span_t* s);
 void          _ca_segment_abandon(ca_heap_t* h);
 bool          _ca_segment_reclaim(ca_heap_t* h);

@@ -275,9 +275,13 @@ static ca_segment_t* segment_new(ca_heap_t* h, ca_segment_kind_t kind) {
   seg->clean_spans = zero ? (uint32_t)((1ull << seg->span_count) - 1) : 0;
   for (uint32_t i = 0; i <= CA_MAX_SPANS; i++) {
     ca_span_t* s = &seg->spans[i];
+    uint8_t c = s->sclass;                             /* what a reused segment's span served */
+    uint32_t bsize = zero ? 0 : s->block_size;
     memset(s, 0, sizeof *s);
     s->index = (uint8_t)i;
     s->flags = CA_SPAN_UNUSED;
+    s->sclass = c;
+    s->block_size = bsize;
   }
   atomic_store_explicit(&seg->thread, h->main, ca_relaxed);
   atomic_store_explicit(&seg->owner, h, ca_release);
@@ -296,12 +300,21 @@ static void segment_release(ca_heap_t* h, ca_segment_t* seg) {
   segment_cache_put(seg);
 }
 
-ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
+/* A span last used for class c (block_size is kept when a span is freed, and across a cached
+   segment's reuse): its pages are resident as far as that class carved them.  Spans that served
+   every class in turn were each resident to the furthest any class carved (threadchurn: 4 threads
+   of 18 classes each, reused segments, 1.6x mimalloc's peak RSS). */
+static bool served(const ca_span_t* s, uint32_t c) { return s->block_size != 0 && s->sclass == c; }
+
+ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind, uint32_t c) {
   /* The span freed last, in whichever segment, while it is still committed: taking only from the
      first segment with room left the others' free spans resident until their wait ran out, and
      faulted purged ones in meanwhile (rptest: 13 of 32 MiB resident in free spans, and each
-     refault lengthened the wait). */
+     refault lengthened the wait).  Among the last few freed, one that served c. */
   ca_span_t* pick = h->purge[kind].last;
+  int n = 0;
+  for (ca_span_t* s = pick; s != NULL && n < 8; s = s->prev, n++)
+    if (served(s, c)) { pick = s; break; }
   ca_segment_t* seg;
   if (pick != NULL) {
     seg = _ca_span_segment(pick);
@@ -314,6 +327,8 @@ ca_span_t* _ca_segment_span_alloc(ca_heap_t* h, ca_segment_kind_t kind) {
     for (uint32_t i = 0; i < seg->span_count; i++) {     /* a cold span never used before one given back */
       ca_span_t* s = &seg->spans[i];
       if (!(s->flags & CA_SPAN_UNUSED)) continue;
+      bool purged = (seg->purged_spans >> i) & 1;
+      if (!purged && served(s, c)) { pick = s; break; }
       if (pick == NULL || ((seg->purged_spans >> pick->index) & 1)) pick = s;
     }
     if ((seg->purged_spans >> pick->index) & 1) {         /* a refault: we gave it back too soon? */

@@ -8,7 +8,7 @@
    every time: fresh, reused unpurged, purged, and in a child whose memory is locked (mlockall:
    purges fail there, and nothing purged is then taken to be zero).  A heap that the next thread
    reuses keeps its pace.  A large object takes the cached segment whose resident pages fit it
-   best. */
+   best, and a thread taking over a cached segment gives a class the span that last served it. */
 #include "check.h"
 #include "../../src/core/pacer.h"
 #include <malloc.h>
@@ -77,6 +77,36 @@ static void* newest_span(void* arg) {
   free(p);
   for (int i = 0; i < N; i++) free(b[i]);
   return NULL;
+}
+
+/* A thread that takes over a cached segment gives class c the span that served c last: a span
+   that served every class in turn was resident as far as any of them carved it (threadchurn). */
+static uintptr_t served_span[2];
+static void* serve_two(void* arg) {
+  void* x = malloc(3000), *y = malloc(200);           /* spans 0 and 1 of a new segment */
+  served_span[0] = SPAN_OF(x);
+  served_span[1] = SPAN_OF(y);
+  free(x);
+  free(y);
+  return arg;                                         /* exit: the segment, all free, is cached */
+}
+static void* take_second(void* arg) {
+  void* y = malloc(200);                              /* the class the first thread's span 1 served */
+  *(uintptr_t*)arg = SPAN_OF(y);
+  free(y);
+  return NULL;
+}
+static void span_served(void) {
+  uintptr_t got = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, serve_two, NULL);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, take_second, &got);
+  pthread_join(t, NULL);
+  if (got != served_span[1])
+    fprintf(stderr, "span served: %#lx, expected %#lx (span 0 was %#lx)\n", (unsigned long)got << 16,
+            (unsigned long)served_span[1] << 16, (unsigned long)served_span[0] << 16);
+  CHECK((served_span[0] >> 5) == (served_span[1] >> 5) && got == served_span[1]);
 }
 
 static uint8_t zero_state(void* p) { return _ca_span_of(_ca_segment_of(p), p)->zero; }
@@ -191,6 +221,7 @@ int main(void) {
   pthread_t t;
   pthread_create(&t, NULL, newest_span, NULL);
   pthread_join(t, NULL);
+  span_served();
   _ca_options[CA_OPT_PURGE_DELAY] = 10;
   heap_keeps_pace();
   zero_after_shrink(false);
