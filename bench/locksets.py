@@ -38,17 +38,19 @@ the median (range) over processes.  colour-locksets runs with CHROMALLOC_STATS: 
 
 Targets (reported, never enforced): lockhash at 85% of the L2: colour-locksets at least 1.10x the
 lookups/s of colour-off; ocean: colour-locksets at most 3% slower than colour-off; lockloop: at
-most 2% slower; water and pipeline: the ratio, reported.
+most 2% slower; water and pipeline: the ratio, reported.  Beside them, a model: the share of
+lockhash's hot set that random frames put beyond the ways of its colour on this L2 (sysfs), the
+most that spreading can win back.
 
 --quick: a smoke run (1 repetition of 3 s, lockhash at 85% only) unless those are given.
 
 Writes locksets.csv (every process), locksets.json (summary, targets, command, machine) and
 locksets.png to bench/results/ (or --out)."""
-import argparse, os, sys, time
+import argparse, math, os, re, sys, time
 from pathlib import Path
 
 import run as harness
-from colour_start import results, prepare, finish, launched, saved, shm_path, med, fmt, listed
+from colour_start import results, prepare, finish, launched, saved, shm_path, med, fmt, listed, l2_geometry
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "bench"
@@ -143,6 +145,26 @@ def plot(rows, jobs, args, path):
     saved(fig, plt, path)
 
 
+def overfull_share(pages, colours, ways):
+    """The share of a hot set of `pages` pages on random frames that lies beyond the ways of its
+    colour (a binomial model): the most that spreading it evenly over the colours wins back."""
+    p, total = 1.0 / colours, 0.0
+    for k in range(ways + 1, pages + 1):
+        total += (k - ways) * math.comb(pages, k) * p ** k * (1 - p) ** (pages - k)
+    return total * colours / pages
+
+
+def ceilings(pcts):
+    """For each percent of the L2: the share of such a hot set in over-full colours, from sysfs."""
+    geo = l2_geometry()
+    m = re.match(r"(\d+)K (\d+)-way", geo or "")
+    if not m:
+        return {}
+    size, ways = int(m.group(1)) * 1024, int(m.group(2))
+    colours = size // (ways * 4096)
+    return {pct: round(overfull_share(int(size * pct / 100) // 4096, colours, ways), 4) for pct in pcts if colours >= 2}
+
+
 def targets_of(summary):
     get = lambda kernel, pct, name: next((e["rate"][0] for e in summary if e["kernel"] == kernel and e["pct"] == pct and e["config"] == name), None)
     targets = []
@@ -232,10 +254,15 @@ def main():
         say(f"  {mark}  {t['target']}: {'-' if t['value'] is None else str(t['value']) + t.get('unit', 'x')}")
     if warned:
         say("  (the library warned about the option: colour-locksets may have run as colour-off)")
+    ceiling = ceilings(sorted({p for k, p in jobs if k == "lockhash"}))
+    for pct, share in ceiling.items():
+        say(f"  model: a hot set of {pct:g}% of this L2 ({l2_geometry()}) on random frames has {share:.1%} of its pages "
+            "beyond the ways of their colour: what spreading can win back")
     stats = [{"kernel": r["kernel"], "pct": r["pct"], "rep": r["rep"], "locksets": r["locksets"]} for r in rows if "locksets" in r]
     plot(rows, jobs, args, out / "locksets.png")
     finish("locksets", out, work, args.configs, table,
-           {"summary": summary, "targets": targets, "locksets_stats": stats, "option_warnings": warned}, t0)
+           {"summary": summary, "targets": targets, "locksets_stats": stats, "option_warnings": warned,
+            "overfull_share_by_pct": ceiling}, t0)
 
 
 if __name__ == "__main__":
