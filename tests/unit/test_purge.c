@@ -79,6 +79,15 @@ static void* newest_span(void* arg) {
   return NULL;
 }
 
+/* Two threads, one after the other (the second takes over the first one's heap): `arg` to both. */
+static void in_turn(void* (*first)(void*), void* (*second)(void*), void* arg) {
+  pthread_t t;
+  pthread_create(&t, NULL, first, arg);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, second, arg);
+  pthread_join(t, NULL);
+}
+
 /* A thread that takes over a cached segment gives class c the span that served c last: a span
    that served every class in turn was resident as far as any of them carved it (threadchurn). */
 static uintptr_t served_span[2];
@@ -98,11 +107,7 @@ static void* take_second(void* arg) {
 }
 static void span_served(void) {
   uintptr_t got = 0;
-  pthread_t t;
-  pthread_create(&t, NULL, serve_two, NULL);
-  pthread_join(t, NULL);
-  pthread_create(&t, NULL, take_second, &got);
-  pthread_join(t, NULL);
+  in_turn(serve_two, take_second, &got);
   if (got != served_span[1])
     fprintf(stderr, "span served: %#lx, expected %#lx (span 0 was %#lx)\n", (unsigned long)got << 16,
             (unsigned long)served_span[1] << 16, (unsigned long)served_span[0] << 16);
@@ -203,11 +208,7 @@ static void* pace_read(void* arg) {
 }
 static void heap_keeps_pace(void) {
   uint32_t mult = 0;
-  pthread_t t;
-  pthread_create(&t, NULL, pace_up, NULL);
-  pthread_join(t, NULL);
-  pthread_create(&t, NULL, pace_read, &mult);
-  pthread_join(t, NULL);
+  in_turn(pace_up, pace_read, &mult);
   fprintf(stderr, "a reused heap's pace: %u (expected 4; 0: another heap)\n", mult);
   CHECK(paced_heap != &_ca_heap_empty && mult == 4);
 }
