@@ -29,7 +29,12 @@
    (freeing cached threads' TLS vectors, small blocks of ours), posix_spawn's and vfork's child
    (the program's argument and file-action arrays).  So every armed range opens, and none is
    armed, from a thread's exit until the thread is gone, during posix_spawn, system and popen,
-   and for 100 ms after vfork (the child has exec'd by then or broke vfork's rules). */
+   and for 100 ms after vfork (the child has exec'd by then or broke vfork's rules).
+
+   Signal handlers: a program's handler may make a system call (waitpid in bash's SIGCHLD
+   handler, a read) while its thread is inside A.lock here; the release then opens the pages
+   itself, without the lock, as the fault handler does (the slots cannot change meanwhile: their
+   lock is this suspended thread's). */
 #define _GNU_SOURCE
 #include "monitor.h"
 #include "trap.h"
@@ -69,6 +74,18 @@ static struct {
 } A;
 
 static bool quiet(void);
+
+/* Set while this thread takes or holds A.lock: a release nested in that section (a signal
+   handler's system call) must not wait for the lock. */
+static __thread bool holding __attribute__((tls_model("initial-exec")));
+#ifdef CA_TEST_HOOKS
+void (*_ca_test_locked)(char which);
+#define LOCKED(which) do { if (_ca_test_locked != NULL) _ca_test_locked(which); } while (0)
+#else
+#define LOCKED(which) do { } while (0)
+#endif
+static void lock_a(void) { holding = true; _ca_lock(&A.lock); LOCKED('A'); }
+static void unlock_a(void) { _ca_unlock(&A.lock); holding = false; }
 
 bool _ca_access_armed(void) { return atomic_load_explicit(&A.armed, ca_relaxed) != 0; }
 
@@ -113,9 +130,9 @@ int _ca_access_arm(void* base, size_t pages, uint64_t* bits, bool writes) {
   if (!writes && !A.trap_ok && !(A.trap_ok = _ca_trap_register(on_fault))) return -1;
   for (uintptr_t p = lo; !writes && _ca_monitor_active() && p < hi; p += CA_OS_PAGE)
     if (_ca_monitor_covers(p)) return -1;
-  _ca_lock(&A.lock);
+  lock_a();
   int id = -1;
-  if (!writes && quiet()) { A.quiet_refused++; _ca_unlock(&A.lock); return -1; }
+  if (!writes && quiet()) { A.quiet_refused++; unlock_a(); return -1; }
   for (int i = 0; i < SLOTS && id < 0; i++)
     if (atomic_load_explicit(&A.slot[i].base, ca_relaxed) == 0) id = i;
   if (id >= 0) {
@@ -141,7 +158,7 @@ int _ca_access_arm(void* base, size_t pages, uint64_t* bits, bool writes) {
     }
   }
   if (id >= 0) id += SLOTS * (int)(A.gen[id] = (A.gen[id] + 1) % (1u << 20));
-  _ca_unlock(&A.lock);
+  unlock_a();
   return id;
 }
 
@@ -170,10 +187,10 @@ bool _ca_access_disarm(int id) {
   if (id < 0) return false;
   int i = id % SLOTS;
   uint32_t gen = (uint32_t)(id / SLOTS);
-  _ca_lock(&A.lock);
+  lock_a();
   bool whole = A.cut[i] != gen;
   if (A.gen[i] == gen) open_slot(i);
-  _ca_unlock(&A.lock);
+  unlock_a();
   return whole;
 }
 
@@ -211,20 +228,20 @@ static bool quiet(void) {
    sees it) */
 static void hush(void) {
   if (!_ca_access_armed()) return;
-  _ca_lock(&A.lock);
+  lock_a();
   for (int i = 0; i < SLOTS; i++)
     if (atomic_load_explicit(&A.slot[i].base, ca_relaxed) != 0 && !A.slot[i].writes) {
       A.cut[i] = A.gen[i];
       open_slot(i);
       A.quiet_cut++;
     }
-  _ca_unlock(&A.lock);
+  unlock_a();
 }
 
 bool _ca_access_quiet(void) {
-  _ca_lock(&A.lock);
+  lock_a();
   bool q = quiet();
-  _ca_unlock(&A.lock);
+  unlock_a();
   return q;
 }
 
@@ -238,7 +255,7 @@ void _ca_access_quiet_for(uint64_t ns) {
   if (A.changed == NULL) return;
   uint64_t until = _ca_clock_ns() + ns, u = atomic_load(&A.until);
   while (u < until && !atomic_compare_exchange_weak(&A.until, &u, until)) {}
-  hush();
+  if (!holding) hush();    /* nested in this thread's A.lock: what it arms, it arms after the call */
 }
 
 void _ca_access_thread_leaving(void) {
@@ -256,6 +273,20 @@ void _ca_access_thread_leaving(void) {
   hush();
 }
 
+/* the pages of [lo, hi) in armed ranges opened and counted as touched, by a release nested in
+   this thread's own A.lock section: the slots stay as they are (their disarm opens the rest) */
+static void open_nested(uintptr_t lo, uintptr_t hi) {
+  for (int i = 0; i < SLOTS; i++) {
+    slot_t* s = &A.slot[i];
+    uintptr_t b = atomic_load_explicit(&s->base, ca_acquire);
+    if (b == 0 || hi <= b || s->end <= lo || s->writes) continue;
+    size_t k0 = ((lo > b ? lo : b) - b) / CA_OS_PAGE, k1 = ((hi < s->end ? hi : s->end) - b + CA_OS_PAGE - 1) / CA_OS_PAGE;
+    for (size_t k = k0; k < k1; k++) atomic_fetch_or_explicit(&s->bits[k / 64], (uint64_t)1 << (k % 64), ca_relaxed);
+    prot(b + k0 * CA_OS_PAGE, (k1 - k0) * CA_OS_PAGE, PROT_READ | PROT_WRITE);
+    atomic_fetch_add_explicit(&A.released, 1, ca_relaxed);
+  }
+}
+
 /* [p, p + len) is about to be touched by the kernel (a system call's buffer) or changed by the
    program (its mprotect, munmap, madvise): the client is told first, so that it never arms that
    memory again (a blocking call, wait4 for a child's status, outlives any window), then armed
@@ -265,7 +296,8 @@ void _ca_access_release(const void* p, size_t len) {
   uintptr_t lo = (uintptr_t)p, hi = lo + len < lo ? UINTPTR_MAX : lo + len;
   if (A.changed != NULL) A.changed(lo, hi);
   if (!_ca_access_armed()) return;
-  _ca_lock(&A.lock);
+  if (holding) { open_nested(lo, hi); return; }
+  lock_a();
   for (int i = 0; i < SLOTS; i++) {
     slot_t* s = &A.slot[i];
     uintptr_t b = atomic_load_explicit(&s->base, ca_relaxed);
@@ -276,7 +308,7 @@ void _ca_access_release(const void* p, size_t len) {
     open_slot(i);
     atomic_fetch_add_explicit(&A.released, 1, ca_relaxed);
   }
-  _ca_unlock(&A.lock);
+  unlock_a();
 }
 
 void _ca_access_on_change(void (*fn)(uintptr_t lo, uintptr_t hi)) { A.changed = fn; }

@@ -111,6 +111,9 @@ void   _ca_access_hold(bool on);                     /* around posix_spawn, syst
 void   _ca_access_quiet_for(uint64_t ns);            /* after vfork */
 void   _ca_access_thread_leaving(void);              /* a thread's exit: until it is gone */
 void   _ca_access_fork_child(void);
+#ifdef CA_TEST_HOOKS
+extern void (*_ca_test_locked)(char which);   /* called in A.lock ('A') and H.lock ('H') sections */
+#endif
 /* written pages (written.c): userfaultfd's asynchronous write protection and PAGEMAP_SCAN */
 bool        _ca_written_ok(void);                    /* usable here (tried once, on first use) */
 const char* _ca_written_why(void);                   /* ... if not, why */

@@ -161,6 +161,18 @@ static struct {
   uint64_t   set_moved[CA_LOCKSETS_MAX + 1];
 } H;
 
+/* Set while this thread takes or holds H.lock: a system call in a signal handler nested in that
+   section (bash's SIGCHLD handler calls waitpid) comes to on_change, which must not wait for it. */
+static __thread bool holding __attribute__((tls_model("initial-exec")));
+static void lock_h(void) {
+  holding = true;
+  _ca_lock(&H.lock);
+#ifdef CA_TEST_HOOKS
+  if (_ca_test_locked != NULL) _ca_test_locked('H');
+#endif
+}
+static void unlock_h(void) { _ca_unlock(&H.lock); holding = false; }
+
 /* ---- the pure pieces (hot.h) ----------------------------------------------------------------- */
 
 static uint64_t next_rand(uint64_t* s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
@@ -324,8 +336,8 @@ static void add_range(uint8_t* p, size_t bytes, bool locked) {
   uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
   if (hi <= lo) return;
   size_t pages = (size_t)(hi - lo) / CA_OS_PAGE;
-  _ca_lock(&H.lock);
-  if (index_find(lo) != SIZE_MAX) { _ca_unlock(&H.lock); return; }   /* known (a release unseen) */
+  lock_h();
+  if (index_find(lo) != SIZE_MAX) { unlock_h(); return; }   /* known (a release unseen) */
   if (H.used + pages > PAGES) compact();
   if (H.n < RANGES && H.used + pages <= PAGES) {
     index_put(lo, H.n);
@@ -338,16 +350,16 @@ static void add_range(uint8_t* p, size_t bytes, bool locked) {
     if (H.prof != NULL) memset(H.prof + H.used, 0, pages * sizeof *H.prof);
     H.used += pages;
   } else H.untracked_pages += pages;
-  _ca_unlock(&H.lock);
+  unlock_h();
 }
 
 /* taken back by the core: out of any window first (its pages are about to be purged) */
 static void remove_range(uint8_t* p, size_t bytes) {
   uint8_t* lo = (uint8_t*)(((uintptr_t)p + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
   uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
-  _ca_lock(&H.lock);
-  for (uint8_t* b; (b = atomic_load(&H.busy)) != NULL && b >= lo && b < hi; _ca_lock(&H.lock)) {
-    _ca_unlock(&H.lock);                         /* a measurement or a move: under a millisecond */
+  lock_h();
+  for (uint8_t* b; (b = atomic_load(&H.busy)) != NULL && b >= lo && b < hi; lock_h()) {
+    unlock_h();                         /* a measurement or a move: under a millisecond */
     sched_yield();
   }
   size_t h = index_find(lo);
@@ -371,7 +383,7 @@ static void remove_range(uint8_t* p, size_t bytes) {
     }
     if (H.cur_range >= H.n) { H.cur_range = 0; H.cur_page = 0; }
   }
-  _ca_unlock(&H.lock);
+  unlock_h();
 }
 
 int _ca_hot_threshold_now(void) { return H.on && H.threshold > 0 ? (int)H.threshold : -1; }
@@ -379,10 +391,10 @@ int _ca_hot_threshold_now(void) { return H.on && H.threshold > 0 ? (int)H.thresh
 int _ca_hot_heat_of(const void* p) {
   if (!H.on) return -1;
   const uint8_t* page = (const uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
-  _ca_lock(&H.lock);
+  lock_h();
   long at = entry_of(page);
   int h = at >= 0 ? H.heat[at] : -1;
-  _ca_unlock(&H.lock);
+  unlock_h();
   return h;
 }
 
@@ -395,7 +407,7 @@ static void on_range(void* p, size_t n, bool added, uint32_t flavour) {
   if (child) _ca_lock_reset(&H.lock);
   if (added) add_range(p, n, locked);
   else remove_range(p, n);
-  if (child) _ca_lock(&H.lock);
+  if (child) lock_h();
 }
 
 /* [lo, hi) goes to the kernel in a system call, or the program changes it itself: never trapped
@@ -403,12 +415,25 @@ static void on_range(void* p, size_t n, bool added, uint32_t flavour) {
    a longer one by every range. */
 static void child_worker(void);
 
+#define NESTED_QUIET_NS 100000000ull     /* a nested call may block: longer than a window */
+
+/* a move under way in [lo, hi) ends first: the kernel would meet the page unmapped (EFAULT);
+   the mover lets go of H.busy before it takes H.lock again */
+static void wait_moved(uintptr_t lo, uintptr_t hi) {
+  for (uint8_t* m; (m = atomic_load(&H.busy)) != NULL && (uintptr_t)m < hi && (uintptr_t)m + CA_OS_PAGE > lo; ) sched_yield();
+}
+
 static void on_change(uintptr_t lo, uintptr_t hi) {
+  if (holding) {                 /* nested in this thread's H.lock: no trap armed for a while */
+    _ca_access_quiet_for(NESTED_QUIET_NS);
+    wait_moved(lo, hi);
+    return;
+  }
   child_worker();
   uint8_t* a = _ca_span_memory_of((const void*)lo);
   uint8_t* b = hi - lo <= 65536 ? _ca_span_memory_of((const void*)(hi - 1)) : NULL;
   if (hi - lo <= 65536 && a == NULL && b == NULL) return;      /* not span memory: not tracked */
-  _ca_lock(&H.lock);
+  lock_h();
   if (hi - lo <= 65536) {
     for (int k = 0; k < 2; k++) {
       uint8_t* base = (uint8_t*)(((uintptr_t)(k ? b : a) + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
@@ -424,9 +449,8 @@ static void on_change(uintptr_t lo, uintptr_t hi) {
       uintptr_t rb = (uintptr_t)H.r[i].base, re = rb + (size_t)H.r[i].pages * CA_OS_PAGE;
       if (lo < re && rb < hi && (!H.r[i].excluded || H.r[i].profiled)) { H.r[i].excluded = true; H.r[i].profiled = false; H.excluded++; }
     }
-  _ca_unlock(&H.lock);
-  /* a move under way there ends first: the kernel would meet the page unmapped (EFAULT) */
-  for (uint8_t* m; (m = atomic_load(&H.busy)) != NULL && (uintptr_t)m < hi && (uintptr_t)m + CA_OS_PAGE > lo; ) sched_yield();
+  unlock_h();
+  wait_moved(lo, hi);
 }
 
 /* ---- windows ---------------------------------------------------------------------------------- */
@@ -450,7 +474,7 @@ static uint64_t measure_fault(bool writes);
    to wait behind), every period / LAP_WINDOWS: a loop's pages all wait for the same point of its
    lap, so a lap window is one sample whatever its pages, and a step needs many */
 static void open_laps(uint64_t now) {
-  _ca_lock(&H.lock);
+  lock_h();
   for (uint32_t i = 0; i < H.nlap; i++) H.lap_slot[i] = -1;
   for (uint32_t k = 0; k < LAP_EACH && k < H.nlap; k++) {
     uint32_t i = H.lap_next++ % H.nlap;
@@ -458,12 +482,12 @@ static void open_laps(uint64_t now) {
     if (r == NULL || !r->profiled) H.lap[i] = NULL;
     H.lap_slot[i] = H.lap[i] != NULL ? _ca_access_arm(H.lap[i], 1, H.lap_bits[i], false) : -1;
   }
-  _ca_unlock(&H.lock);
+  unlock_h();
   H.lap_end = now + (uint64_t)opt[HOT_OPT_WINDOW] * 1000000u;
 }
 
 static void close_laps(void) {
-  _ca_lock(&H.lock);
+  lock_h();
   for (uint32_t i = 0; i < H.nlap; i++) {
     if (H.lap_slot[i] < 0 || !_ca_access_disarm(H.lap_slot[i])) continue;
     uint64_t waited, open;
@@ -472,7 +496,7 @@ static void close_laps(void) {
     H.lap_trapped += t;
     H.lap_ns += t ? waited : open;
   }
-  _ca_unlock(&H.lock);
+  unlock_h();
   H.lap_end = 0;
 }
 
@@ -485,7 +509,7 @@ static void open_window(uint64_t now) {
   bool reads = opt[HOT_OPT_TRAPS] != TRAPS_WRITES, writes = opt[HOT_OPT_TRAPS] != TRAPS_READS && _ca_written_ok();
   if (writes && H.wfault_ns == 0) H.wfault_ns = measure_fault(true);
   uint64_t t0 = _ca_clock_ns();                      /* ... a lane's faults are a forecast */
-  _ca_lock(&H.lock);
+  lock_h();
   H.nlanes = 0;
   uint64_t spent = 0;
   for (uint32_t visited = 0; H.n > 0 && H.nlanes < LANES && visited <= H.n; ) {
@@ -514,7 +538,7 @@ static void open_window(uint64_t now) {
     else H.arm_refused++;
     H.cur_page += pages;
   }
-  _ca_unlock(&H.lock);
+  unlock_h();
   H.lanes_armed += H.nlanes;
   H.windows++;
   H.window_arm_ns = _ca_clock_ns() - t0;
@@ -528,7 +552,7 @@ static void open_window(uint64_t now) {
    never trapped have no other look: there the scan decays them as it would */
 static void close_window(void) {
   uint64_t t0 = _ca_clock_ns();
-  _ca_lock(&H.lock);
+  lock_h();
   for (uint32_t l = 0; l < H.nlanes; l++) {
     lane_t* ln = &H.lane[l];
     if (ln->slot < 0 || !_ca_access_disarm(ln->slot)) continue;   /* taken back, or cut short */
@@ -537,7 +561,7 @@ static void close_window(void) {
   }
   uint32_t lanes = H.nlanes;
   H.nlanes = 0;
-  _ca_unlock(&H.lock);
+  unlock_h();
   uint64_t t = _ca_clock_ns() - t0;
   H.arm_ns += t;
   /* a lane's arming and opening, learnt (an average over the last eight windows or so) */
@@ -574,19 +598,19 @@ static void find_hot(uint32_t k) {
    for H.busy) nor a system call reach it (on_change waits); its new colour noted.  -3: the
    range is gone, or excluded from moves meanwhile. */
 static int on_page(hot_page_t* h, uint64_t mask, uint32_t* tries) {
-  _ca_lock(&H.lock);
+  lock_h();
   range_t* r = range_of(h->page);
   bool live = r != NULL && (mask == 0 || !r->excluded);
   if (live) H.busy = h->page;
-  _ca_unlock(&H.lock);
+  unlock_h();
   if (!live) return -3;
   int c = mask == 0 ? _ca_colour_page(h->page) : _ca_colour_move_to(h->page, mask, tries);
-  _ca_lock(&H.lock);
-  H.busy = NULL;
+  atomic_store(&H.busy, NULL);
+  lock_h();
   long at = entry_of(h->page);
   if (at >= 0 && (mask == 0 || c >= 0)) H.colour[at] = (int8_t)c;
   if (at >= 0 && mask == 0 && H.first[at] == UNMEASURED) H.first[at] = h->first = (int8_t)c;
-  _ca_unlock(&H.lock);
+  unlock_h();
   return c;
 }
 
@@ -620,7 +644,7 @@ static void nested_touched(void) {
   uint8_t set[BATCH];
   for (uint32_t n = BATCH; n == BATCH; ) {
     for (n = 0; n < BATCH && _ca_lockset_touched(&page[n], &set[n]); n++) {}
-    _ca_lock(&H.lock);
+    lock_h();
     for (uint32_t i = 0; i < n; i++) {
       range_t* r = range_of((const uint8_t*)page[i]);
       if (r == NULL || r->locked || r->excluded) continue;
@@ -628,7 +652,7 @@ static void nested_touched(void) {
       H.nest[at] = (uint8_t)(set[i] + 1);
       H.heat[at] = 255;
     }
-    _ca_unlock(&H.lock);
+    unlock_h();
   }
 }
 
@@ -648,10 +672,10 @@ static void spread(void) {
   H.partition = part;
   uint32_t cap_of[CA_COLOURS_MAX];
   for (uint32_t c = 0; c < colours; c++) cap_of[c] = (part >> c) & 1 ? cap : 0;
-  _ca_lock(&H.lock);
+  lock_h();
   H.k = (uint32_t)__builtin_popcountll(part) * ways * share / 100;
   find_hot(H.k);
-  _ca_unlock(&H.lock);
+  unlock_h();
   /* colours measured, hottest first: two per page a period may move, and a few */
   uint32_t measure = budget * 2 + 8;
   for (uint32_t i = 0; i < H.nhot && measure > 0; i++)
@@ -873,17 +897,18 @@ static void stats(ca_buf_t* b) {
 }
 
 static void fork_prepare(void) {
-  _ca_lock(&H.lock);
+  lock_h();
   H.fork_pid = getpid();
   atomic_store_explicit(&H.forking, true, ca_release);
 }
-static void fork_parent(void) { atomic_store_explicit(&H.forking, false, ca_release); _ca_unlock(&H.lock); }
+static void fork_parent(void) { atomic_store_explicit(&H.forking, false, ca_release); unlock_h(); }
 /* A fork child tracks its own hot pages with a worker of its own, started at its first system
    call after hot_delay (not here: a child that execs at once pays nothing).  It keeps the
    ranges and their heat; colours are measured again (a page it writes gets a frame of its own). */
 static void fork_child(void) {
   atomic_store_explicit(&H.forking, false, ca_release);
   _ca_lock_reset(&H.lock);
+  holding = false;
   _ca_access_fork_child();
   _ca_colour_partition_fork_child();
   H.nlanes = 0;
@@ -955,7 +980,7 @@ static range_t* sorted_range_of(uintptr_t page) {
 
 void _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n) {
   if (H.prof == NULL || n == 0) return;
-  _ca_lock(&H.lock);
+  lock_h();
   for (uint32_t i = 0; i < H.n; i++) H.order[i] = (uint16_t)i;
   for (uint32_t gap = H.n / 2; gap > 0; gap /= 2)      /* a shell sort: nothing may allocate here */
     for (uint32_t i = gap; i < H.n; i++)
@@ -966,13 +991,13 @@ void _ca_hot_rocs_notes(const ca_rocs_sample_t* s, size_t n) {
     range_t* r = sorted_range_of(s[k].page);
     if (r != NULL) _ca_rocs_note(&H.prof[r->at + (s[k].page - (uintptr_t)r->base) / CA_OS_PAGE], s[k].level, s[k].ticks);
   }
-  _ca_unlock(&H.lock);
+  unlock_h();
 }
 
 /* lap pages: up to LAPS of the profiled pages touched (reloads counted), evenly spread over them
    (over a stream's lap, so that their waits do not depend on where the lap was when armed) */
 uint32_t _ca_hot_rocs_laps(void) {
-  _ca_lock(&H.lock);
+  lock_h();
   H.nlap = 0;
   H.lap_ns = 0;
   H.lap_trapped = 0;
@@ -989,24 +1014,24 @@ uint32_t _ca_hot_rocs_laps(void) {
     if (touched == 0) break;
   }
   uint32_t n = H.nlap;
-  _ca_unlock(&H.lock);
+  unlock_h();
   return n;
 }
 
 void _ca_hot_rocs_lap(uint64_t* waited_ns, uint32_t* trapped) {
-  _ca_lock(&H.lock);
+  lock_h();
   *waited_ns = H.lap_ns;
   *trapped = H.lap_trapped;
   H.lap_ns = 0;
   H.lap_trapped = 0;
-  _ca_unlock(&H.lock);
+  unlock_h();
 }
 
 void _ca_hot_rocs_step(double* sum, uint32_t* pages) {
   *sum = 0;
   *pages = 0;
   if (H.prof == NULL) return;
-  _ca_lock(&H.lock);
+  lock_h();
   for (uint32_t i = 0; i < H.n; i++)
     for (uint32_t p = 0; p < H.r[i].pages; p++) {
       ca_rocs_page_t* e = &H.prof[H.r[i].at + p];
@@ -1016,14 +1041,14 @@ void _ca_hot_rocs_step(double* sum, uint32_t* pages) {
       e->sn = 0;
       e->ssum = 0;
     }
-  _ca_unlock(&H.lock);
+  unlock_h();
 }
 
 uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uint32_t* covered, uint32_t* runs) {
   uint32_t n = 0;
   *covered = *runs = 0;
   if (H.prof == NULL) return 0;
-  _ca_lock(&H.lock);
+  lock_h();
   for (uint32_t i = 0; i < H.n && n < max; i++)
     for (uint32_t p = 0, run = _ca_rocs_run(H.r[i].pages); H.r[i].profiled && p < H.r[i].pages && n < max; p += run) {
       uint32_t pages = H.r[i].pages - p < run ? H.r[i].pages - p : run, sn = 0, l3n = 0, memn = 0;
@@ -1041,7 +1066,7 @@ uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uin
       uint32_t key = _ca_rocs_key(&sum, l3);
       if (key != 0) out[n++] = (ca_rocs_cand_t){ H.r[i].base + (size_t)p * CA_OS_PAGE, key, pages, 0 };
     }
-  _ca_unlock(&H.lock);
+  unlock_h();
   for (uint32_t gap = n / 2; gap > 0; gap /= 2)       /* most often from memory first, then by address */
     for (uint32_t i = gap; i < n; i++)
       for (uint32_t j = i; j >= gap && (out[j - gap].key < out[j].key ||
@@ -1054,7 +1079,7 @@ uint32_t _ca_hot_rocs_candidates(ca_rocs_cand_t* out, uint32_t max, bool l3, uin
 uint32_t _ca_hot_rocs_profile(ca_rocs_run_t* out, uint32_t max) {
   uint32_t n = 0, objects = 0;
   if (H.prof == NULL) return 0;
-  _ca_lock(&H.lock);
+  lock_h();
   for (uint32_t i = 0; i < H.n; i++) H.order[i] = (uint16_t)i;
   for (uint32_t gap = H.n / 2; gap > 0; gap /= 2)      /* by address, as the notes sort them */
     for (uint32_t i = gap; i < H.n; i++)
@@ -1075,7 +1100,7 @@ uint32_t _ca_hot_rocs_profile(ca_rocs_run_t* out, uint32_t max) {
                                   (uint8_t)(objects > 255 ? 255 : objects) };
     }
   }
-  _ca_unlock(&H.lock);
+  unlock_h();
   return n;
 }
 
@@ -1084,7 +1109,7 @@ uint32_t _ca_hot_rocs_profile(ca_rocs_run_t* out, uint32_t max) {
    frame of a buffer page joins the buffer's pool again (re-tested) */
 int _ca_hot_rocs_move(uint8_t* page, int set, int how) {
   bool in = how == CA_ROCS_IN;
-  _ca_lock(&H.lock);
+  lock_h();
   range_t* r = range_of(page);
   long e = r != NULL && r->profiled ? entry_of(page) : -1;
   /* a page of a run going in whose own reloads do not make it a candidate (_ca_rocs_key) is
@@ -1093,15 +1118,15 @@ int _ca_hot_rocs_move(uint8_t* page, int set, int how) {
   int skip = e < 0 ? -1 : in && H.prof[e].n > CA_ROCS_MIN_SAMPLES && _ca_rocs_key(&H.prof[e], _ca_rocs_l3()) == 0 ? -2
            : how == CA_ROCS_OUT && !H.prof[e].in ? -3 : 0;
   if (skip == 0) H.busy = page;
-  _ca_unlock(&H.lock);
+  unlock_h();
   if (skip != 0) return skip;
   int keep = in ? 0 : _ca_rocs_buffer_set();
   bool moved = _ca_recolour(page, CA_OS_PAGE, set, keep, keep > 0) == 1;
-  _ca_lock(&H.lock);
-  H.busy = NULL;
+  atomic_store(&H.busy, NULL);
+  lock_h();
   long at = entry_of(page);
   if (at >= 0 && moved) { H.prof[at].in = in; H.prof[at].out = !in; }
-  _ca_unlock(&H.lock);
+  unlock_h();
   return moved;
 }
 
@@ -1109,7 +1134,7 @@ uint32_t _ca_hot_rocs_reused(uint8_t** out, uint32_t max) {
   uint32_t n = 0;
   bool l3 = _ca_rocs_l3();
   if (H.prof == NULL) return 0;
-  _ca_lock(&H.lock);
+  lock_h();
   for (int tier = 0; tier < 3; tier++)            /* L2 hits first, then the L3's, then memory's rarely */
     for (uint32_t i = 0; i < H.n && n < max; i++)
       for (uint32_t p = 0; H.r[i].profiled && p < H.r[i].pages && n < max; p++) {
@@ -1118,6 +1143,6 @@ uint32_t _ca_hot_rocs_reused(uint8_t** out, uint32_t max) {
         int t = e->mem ? 2 : 2u * e->l3 < e->n ? 0 : 1;
         if (t == tier) out[n++] = H.r[i].base + (size_t)p * CA_OS_PAGE;
       }
-  _ca_unlock(&H.lock);
+  unlock_h();
   return n;
 }
