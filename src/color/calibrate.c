@@ -482,7 +482,7 @@ bool _ca_page_source_init(ca_page_source_t* src, size_t npages) {
   npages = (npages + 511) & ~(size_t)511;
   src->fd = -1;
   src->base = _ca_os_map_aligned(npages * CA_OS_PAGE, (size_t)1 << 21);
-  if (src->base != NULL) _ca_os_thp(src->base, npages * CA_OS_PAGE, getenv("CA_THP") != NULL);
+  if (src->base != NULL) _ca_os_thp(src->base, npages * CA_OS_PAGE, _ca_env(CA_ENV_THP) != NULL);
   return source_arrays(src, npages);
 }
 
@@ -533,7 +533,7 @@ static void cpuinfo_field(const char* info, const char* name, ca_buf_t* b) {
 void _ca_machine_key(char* out, size_t len) {
   ca_buf_t b = ca_buf(out, len);
   out[0] = 0;
-  const char* d = getenv("CHROMALLOC_MACHINE");
+  const char* d = _ca_env(CA_ENV_MACHINE);
   if (_ca_machine.simulated && d != NULL) {
     ca_buf_str(&b, "described: ");
     for (; *d; d++) ca_buf_char(&b, *d == '"' ? '\'' : *d);

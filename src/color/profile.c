@@ -138,10 +138,10 @@ bool _ca_calibration_parse(ca_calibration_t* c, const char* json) {
 /* The profile path into out; false when there is no home to put it in. */
 bool _ca_profile_path(char* out, size_t len) {
   ca_buf_t b = ca_buf(out, len);
-  const char* env = getenv("CHROMALLOC_PROFILE");
+  const char* env = _ca_env(CA_ENV_PROFILE);
   if (env && env[0]) { ca_buf_str(&b, env); return b.len < len; }
-  const char* xdg = getenv("XDG_CACHE_HOME");
-  const char* home = getenv("HOME");
+  const char* xdg = _ca_env(CA_ENV_XDG_CACHE_HOME);
+  const char* home = _ca_env(CA_ENV_HOME);
   if (xdg && xdg[0]) ca_buf_str(&b, xdg);
   else if (home && home[0]) { ca_buf_str(&b, home); ca_buf_str(&b, "/.cache"); }
   else return false;

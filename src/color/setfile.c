@@ -52,7 +52,7 @@ _Static_assert(sizeof(setfile_header_t) <= HEADER_PAGES * CA_OS_PAGE, "header pa
 /* The path of this machine's set file into out (false: too long). */
 bool _ca_setfile_path(char* out, size_t len) {
   ca_buf_t b = ca_buf(out, len);
-  const char* env = getenv("CHROMALLOC_SETS");
+  const char* env = _ca_env(CA_ENV_SETS);
   if (env && env[0]) { ca_buf_str(&b, env); return b.len < len; }
   char key[256];
   _ca_machine_key(key, sizeof key);

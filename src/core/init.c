@@ -1,6 +1,6 @@
 /* Process and thread life cycle.
    - Process init runs once, from the library constructor or from the first allocation, before
-     anything that could allocate: options (getenv + our own parser, the layers' tables too),
+     anything that could allocate: options (the environment as copied at start, our own parser, the layers' tables too),
      the machine cache model, the size-class layout, the random key/seed; then the layers' init,
      inner first.  No dlsym, no stdio.
    - A thread gets its heap on its first allocation (the TLS heap pointer starts at the empty
@@ -39,6 +39,7 @@ void _ca_process_init(void) {
     while (atomic_load_explicit(&_ca_process.state, ca_acquire) != 2) sched_yield();
     return;
   }
+  _ca_env_init();
   _ca_options_init();
   _ca_machine_init();
   _ca_layout_init();

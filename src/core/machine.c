@@ -163,7 +163,7 @@ static bool described(ca_machine_t* m, const char* d) {
 void _ca_machine_init(void) {
   ca_machine_t* m = &_ca_machine;
   memset(m, 0, sizeof *m);
-  const char* d = getenv("CHROMALLOC_MACHINE");
+  const char* d = _ca_env(CA_ENV_MACHINE);
   if (d != NULL && d[0] != 0 && described(m, d)) m->source = "described";
   else if ((memset(m, 0, sizeof *m), from_sysfs(m))) m->source = "sysfs";
   else if (from_cpuid(m)) m->source = "cpuid";

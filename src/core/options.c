@@ -2,7 +2,7 @@
    cache runtime registers (hooks.h), read once at process start from
    CHROMALLOC_OPTIONS="key=value,key=value".  An unknown key or a bad value prints one warning
    naming it and keeps the default; a key of the cache runtime given to the allocator alone
-   says which library has it.  Nothing here allocates (getenv and a hand-written parser).
+   says which library has it.  Nothing here allocates (env.c's copy and a hand-written parser).
    docs/options.md is generated from the tables by `chromalloc options`. */
 #include "internal.h"
 #include <limits.h>
@@ -125,7 +125,7 @@ void _ca_options_init(void) {
   uint32_t nt = tables(t);
   for (uint32_t k = 0; k < nt; k++)
     for (uint32_t i = 0; i < t[k].n; i++) t[k].values[i] = t[k].desc[i].def;
-  const char* env = getenv("CHROMALLOC_OPTIONS");
+  const char* env = _ca_env(CA_ENV_OPTIONS);
   if (env == NULL) return;
   char line[320];
   for (const char* p = env; *p;) {

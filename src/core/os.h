@@ -60,6 +60,14 @@ void     _ca_write_stderr(const char* msg);
 _Noreturn void _ca_fatal(const char* fmt, const void* p);   /* "chromalloc: ..." then abort */
 void     _ca_warn(const char* msg);                         /* "chromalloc: msg" */
 
+/* the environment variables chromalloc reads, as they were at process start (env.c) */
+typedef enum ca_env_e {
+  CA_ENV_OPTIONS, CA_ENV_MACHINE, CA_ENV_STATS, CA_ENV_PROFILE, CA_ENV_SETS, CA_ENV_XDG_CACHE_HOME,
+  CA_ENV_HOME, CA_ENV_LD_PRELOAD, CA_ENV_THP, CA_ENV_COUNT
+} ca_env_t;
+void        _ca_env_init(void);                             /* at process start; again: read again */
+const char* _ca_env(ca_env_t e);                            /* NULL when unset */
+
 /* a spinlock that yields after a while: for paths taken per segment or per span, never per block */
 typedef struct ca_lock_s { _Atomic(int) v; } ca_lock_t;
 void _ca_lock(ca_lock_t* l);

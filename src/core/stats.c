@@ -218,7 +218,7 @@ __attribute__((visibility("default"))) int chromalloc_stats_write(const char* pa
 void _ca_stats_exit(void) {
   if (atomic_load_explicit(&_ca_process.state, ca_acquire) != 2) return;
   int e = errno;
-  const char* path = getenv("CHROMALLOC_STATS");
+  const char* path = _ca_env(CA_ENV_STATS);
   if (path != NULL && path[0] != 0 && chromalloc_stats_write(path) != 0) {
     _ca_warn("could not write the statistics file named by CHROMALLOC_STATS");
   }

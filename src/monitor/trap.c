@@ -119,7 +119,7 @@ static void fork_release(void) { _ca_unlock(&install_lock); }
 const ca_layer_t _ca_layer_trap = { .fork_prepare = fork_prepare, .fork_parent = fork_release, .fork_child = fork_release };
 
 bool _ca_trap_under_valgrind(void) {
-  const char* p = getenv("LD_PRELOAD");
+  const char* p = _ca_env(CA_ENV_LD_PRELOAD);
   return p != NULL && strstr(p, "vgpreload") != NULL;
 }
 
