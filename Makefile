@@ -108,6 +108,12 @@ bench: lib
 bench-mimalloc: lib
 	python3 bench/mimalloc_bench.py --suite "$(MIMALLOC_BENCH)"
 
+# malloc's and free's fast paths in instructions under callgrind, against the peers (a minute;
+# needs valgrind): bench/fastpath.py.
+.PHONY: bench-fastpath
+bench-fastpath: lib
+	python3 bench/fastpath.py
+
 # The cache runtime's start and cost on an unmodified victim/polluter program (bench/colour/vp.c):
 # 2, 5 and 20 s runs under glibc, mimalloc and both libraries, with and without a machine
 # profile and set file, 10 processes each (about 25 minutes): bench/colour_start.py.
