@@ -39,7 +39,7 @@ static inline uintptr_t _ca_tid(void) { return (uintptr_t)__builtin_thread_point
 
 /* ---- segment map (segmap.c): which 2 MiB units hold a segment header ---------------------- */
 #define CA_SEGMAP_BITS     (47 - CA_SEGMENT_SHIFT)                 /* user space is 47 bits */
-extern _Atomic(uint8_t) _ca_segmap[1UL << CA_SEGMAP_BITS];
+extern _Atomic(uint64_t) _ca_segmap[(1UL << CA_SEGMAP_BITS) / 64];
 void _ca_segmap_set(ca_segment_t* seg, bool present);
 
 /* The segment holding p: (p - 1) so that an object that starts exactly on a 2 MiB boundary
@@ -47,7 +47,7 @@ void _ca_segmap_set(ca_segment_t* seg, bool present);
 static inline uintptr_t _ca_segment_index(const void* p) { return ((uintptr_t)p - 1) >> CA_SEGMENT_SHIFT; }
 static inline bool _ca_segmap_has(uintptr_t i) {
   if (ca_unlikely((i >> CA_SEGMAP_BITS) != 0)) return false;
-  return atomic_load_explicit(&_ca_segmap[i], ca_relaxed) != 0;
+  return (atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1;
 }
 /* NULL when p is not in a chromalloc segment. */
 static inline ca_segment_t* _ca_segment_of(const void* p) {
