@@ -137,7 +137,7 @@ void _ca_move_quiet_region(void* base, size_t len) {
 
 void _ca_move_fork_child(void) {
   _ca_move_fork_release();
-  if (fd >= 0) close(fd);
+  _ca_os_close_ours(fd, "userfaultfd");
   fd = -1;
   atomic_store(&state, UNTRIED);
   atomic_store_explicit(&open_lock.v, 0, ca_relaxed);

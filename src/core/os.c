@@ -122,6 +122,21 @@ long _ca_os_read(int fd, void* buf, size_t n) { return _ca_syscall6(SYS_read, fd
 long _ca_os_write(int fd, const void* buf, size_t n) { return _ca_syscall6(SYS_write, fd, (long)buf, (long)n, 0, 0, 0); }
 void _ca_os_close(int fd) { _ca_syscall6(SYS_close, fd, 0, 0, 0, 0, 0); }
 
+/* A descriptor of ours closed in a fork child only if it still is ours: the program may have
+   closed it (a daemon closing every descriptor) and opened a file of its own under its number.
+   Unknown (no /proc): left open, since exec closes it (O_CLOEXEC). */
+void _ca_os_close_ours(int fd, const char* names) {
+  if (fd < 0) return;
+  char path[32] = "/proc/self/fd/", link[128], digits[12];
+  int k = 0;
+  for (unsigned v = (unsigned)fd; k == 0 || v != 0; v /= 10) digits[k++] = (char)('0' + v % 10);
+  for (size_t at = strlen(path); k > 0; ) path[at++] = digits[--k];
+  long n = _ca_syscall6(SYS_readlinkat, AT_FDCWD, (long)path, (long)link, sizeof link - 1, 0, 0);
+  if (n <= 0) return;
+  link[n] = 0;
+  if (strstr(link, names) != NULL) _ca_os_close(fd);
+}
+
 /* ---- the clock: the vDSO's clock_gettime, found once in its dynamic symbols ------------------ */
 
 typedef int (*gettime_fn)(clockid_t, struct timespec*);

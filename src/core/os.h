@@ -54,6 +54,7 @@ int      _ca_os_open(const char* path, int flags, int mode);   /* fd, or -errno 
 long     _ca_os_read(int fd, void* buf, size_t n);             /* bytes, or -errno */
 long     _ca_os_write(int fd, const void* buf, size_t n);
 void     _ca_os_close(int fd);
+void     _ca_os_close_ours(int fd, const char* names);     /* only if /proc/self/fd/fd names it still */
 size_t   _ca_os_rss_peak(void);                             /* bytes, from getrusage */
 size_t   _ca_os_rss_now(void);                              /* bytes, from /proc/self/statm */
 void     _ca_write_stderr(const char* msg);

@@ -121,8 +121,8 @@ const char* _ca_written_why(void) { return W.why; }
 void _ca_written_fork_child(void) {
   _ca_lock_reset(&W.lock);
   if (atomic_load(&W.state) > 0) {
-    _ca_syscall6(SYS_close, W.uffd, 0, 0, 0, 0, 0);
-    _ca_syscall6(SYS_close, W.pagemap, 0, 0, 0, 0, 0);
+    _ca_os_close_ours(W.uffd, "userfaultfd");
+    _ca_os_close_ours(W.pagemap, "/pagemap");       /* the parent's (/proc/PID/pagemap) */
     W.uffd = W.pagemap = -1;
     W.why = "a forked child";
     atomic_store(&W.state, -1);

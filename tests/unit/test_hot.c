@@ -492,6 +492,39 @@ static void nested(void) {
   fprintf(stderr, "nested: system calls of a signal handler inside A.lock and H.lock went on\n");
 }
 
+/* the program closes our descriptors (a daemon closing every one) and opens files under their
+   numbers: a forked child's handlers must not close the program's files for ours */
+static void closed_fds(void) {
+  int taken[8], n = 0;
+  char path[64], link[128];
+  for (int fd = 3; fd < 1024 && n < 8; fd++) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t k = readlink(path, link, sizeof link - 1);
+    if (k <= 0) continue;
+    link[k] = 0;
+    if (strstr(link, "userfaultfd") == NULL && strstr(link, "/pagemap") == NULL) continue;
+    snprintf(path, sizeof path, "%s/tmp/fd%d", getenv("TEST_WORK"), fd);
+    int f = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(f >= 0 && dup2(f, fd) == fd);            /* ours closed, the program's file in its place */
+    close(f);
+    taken[n++] = fd;
+  }
+  CHECK(n >= 2);                                   /* hot pages' write protection: a uffd and pagemap */
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = 0; i < n; i++) if (write(taken[i], "ok", 2) != 2) _exit(1);
+    _exit(0);
+  }
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  for (int i = 0; i < n; i++) {
+    char got[4] = "";
+    CHECK(pread(taken[i], got, 2, 0) == 2 && memcmp(got, "ok", 2) == 0);
+    close(taken[i]);
+  }
+  fprintf(stderr, "closed fds: %d of our descriptors replaced by the program's files; a child wrote to all\n", n);
+}
+
 int main(void) {
   require_chromalloc("test_hot");
   pieces();
@@ -502,5 +535,6 @@ int main(void) {
   written();
   nested();
   program();
+  if (_ca_written_ok()) closed_fds();              /* last: our descriptors are gone after it */
   return check_done("test_hot");
 }
