@@ -1,8 +1,8 @@
 /* Process and thread life cycle.
    - Process init runs once, from the library constructor or from the first allocation, before
-     anything that could allocate: options (the environment as copied at start, our own parser, the layers' tables too),
-     the machine cache model, the size-class layout, the random key/seed; then the layers' init,
-     inner first.  No dlsym, no stdio.
+     anything that could allocate: the environment's copy (env.c), options (our own parser, the
+     layers' tables too), the machine cache model, the size-class layout, the random key/seed;
+     then the layers' init, inner first.  No dlsym, no stdio.
    - A thread gets its heap on its first allocation (the TLS heap pointer starts at the empty
      sentinel heap, whose empty spans send the fast path here).  A pthread key destructor hands
      the heap back when the thread exits.
