@@ -130,6 +130,8 @@ def suite(build):
     # the colour layer unavailable: by option, or by a machine profile that says so
     add("colour_api-mremap", [exe("colour_api", "plain")], dict(colour, CHROMALLOC_OPTIONS="colour_moves=mremap"))
     add("colour-off-option", [exe("colour_api", "plain"), "disabled"], dict(colour, CHROMALLOC_OPTIONS="colours=0"))
+    # the worker started and waiting for hot pages' delay: the program's signals are not its
+    add("colour_api-signals", [exe("colour_api", "plain"), "signals"], dict(colour, CHROMALLOC_OPTIONS="hot=1,hot_delay=5000"))
     add("colour-off-profile", ["sh", os.path.join(ROOT, "tests/unit/colour_off_profile.sh"), b, cso])
     # colour_worker: the worker keeps within its share of a CPU while it stocks a big pool
     add("colour-pace", ["sh", os.path.join(ROOT, "tests/unit/colour_pace.sh"), b, cso],

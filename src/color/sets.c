@@ -208,7 +208,11 @@ void _ca_cs_start_worker(void) {
   pthread_attr_init(&a);
   pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&a, 1u << 20);
-  if (pthread_create(&L.worker, &a, _ca_cs_worker_main, (void*)(intptr_t)sched_getcpu()) != 0) _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "no worker thread");
+  uint64_t mask;
+  _ca_os_signals_block(&mask);                   /* the program's signals are never the worker's */
+  bool made = pthread_create(&L.worker, &a, _ca_cs_worker_main, (void*)(intptr_t)sched_getcpu()) == 0;
+  _ca_os_signals_restore(mask);
+  if (!made) _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "no worker thread");
   pthread_attr_destroy(&a);
 }
 

@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "buf.h"
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <stdarg.h>
 #include <elf.h>
@@ -136,6 +137,17 @@ void _ca_os_close_ours(int fd, const char* names) {
   link[n] = 0;
   if (strstr(link, names) != NULL) _ca_os_close(fd);
 }
+
+/* Every signal blocked in the calling thread but the two a fault raises (the fault handler must
+   still run there), by the system call itself: threads of ours are created under it and inherit
+   it, so the program's process-wide signals never run its handlers on them (bash blocks SIGCHLD
+   around its own critical sections; a SIGCHLD taken by another thread meanwhile runs its handler
+   beside them). */
+void _ca_os_signals_block(uint64_t* old) {
+  uint64_t all = ~(uint64_t)0 & ~((uint64_t)1 << (SIGSEGV - 1)) & ~((uint64_t)1 << (SIGBUS - 1));
+  _ca_syscall6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)old, sizeof all, 0, 0);
+}
+void _ca_os_signals_restore(uint64_t old) { _ca_syscall6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&old, 0, sizeof old, 0, 0); }
 
 /* ---- the clock: the vDSO's clock_gettime, found once in its dynamic symbols ------------------ */
 

@@ -55,6 +55,8 @@ long     _ca_os_read(int fd, void* buf, size_t n);             /* bytes, or -err
 long     _ca_os_write(int fd, const void* buf, size_t n);
 void     _ca_os_close(int fd);
 void     _ca_os_close_ours(int fd, const char* names);     /* only if /proc/self/fd/fd names it still */
+void     _ca_os_signals_block(uint64_t* old);                /* all but SIGSEGV, SIGBUS: around creating */
+void     _ca_os_signals_restore(uint64_t old);               /* ... a thread of ours */
 size_t   _ca_os_rss_peak(void);                             /* bytes, from getrusage */
 size_t   _ca_os_rss_now(void);                              /* bytes, from /proc/self/statm */
 void     _ca_write_stderr(const char* msg);

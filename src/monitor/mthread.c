@@ -312,12 +312,11 @@ void _ca_mon_ensure_thread(void) {
   if (atomic_load_explicit(&M.thread_pid, ca_acquire) == me) return;
   pid_t old = atomic_load_explicit(&M.thread_pid, ca_relaxed);
   if (old == -1 || !atomic_compare_exchange_strong(&M.thread_pid, &old, -1)) return;   /* another thread starts it */
-  sigset_t all, prev;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &prev);
+  uint64_t mask;
+  _ca_os_signals_block(&mask);
   pthread_t t;
   bool ok = pthread_create(&t, NULL, thread_main, NULL) == 0;
-  pthread_sigmask(SIG_SETMASK, &prev, NULL);
+  _ca_os_signals_restore(mask);
   if (ok) pthread_detach(t);
   atomic_store_explicit(&M.thread_pid, ok ? me : 0, ca_release);
 }

@@ -8,6 +8,8 @@
    a machine profile that says colours are not controllable: the same program keeps working
    with ordinary memory. */
 #include "check.h"
+#include <dirent.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <stdatomic.h>
@@ -214,6 +216,32 @@ static void paced(int set) {
   CHECK(cpu >= 0 && cpu <= 1300);
 }
 
+/* the program's process-wide signals stay the program's: with SIGUSR1 blocked in this, its only
+   thread, a SIGUSR1 sent to the process waits for it, whatever threads the library runs (the
+   worker used to take it while it waited for its client's delay, before it blocked signals) */
+static int count_threads(void) {
+  DIR* d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent* e; d != NULL && (e = readdir(d)) != NULL; ) n += e->d_name[0] != '.';
+  if (d != NULL) closedir(d);
+  return n;
+}
+static _Atomic long usr1_tid;
+static void on_usr1(int sig) { (void)sig; atomic_store(&usr1_tid, (long)syscall(SYS_gettid)); }
+static void signals_stay(void) {
+  signal(SIGUSR1, on_usr1);
+  sigset_t one, old;
+  sigemptyset(&one);
+  sigaddset(&one, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &one, &old);
+  kill(getpid(), SIGUSR1);
+  usleep(20000);
+  CHECK_EQ(atomic_load(&usr1_tid), 0);                    /* no thread of ours took it */
+  sigprocmask(SIG_SETMASK, &old, NULL);                   /* pending: taken here now */
+  CHECK_EQ(atomic_load(&usr1_tid), (long)syscall(SYS_gettid));
+  signal(SIGUSR1, SIG_DFL);
+}
+
 int main(int argc, char** argv) {
   require_chromalloc("test_colour_api");
   if (chromalloc_colours == NULL || chromalloc_malloc_coloured == NULL || chromalloc_recolour == NULL || chromalloc_colours_reserve == NULL) {
@@ -221,6 +249,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* mode = argc > 1 ? argv[1] : "ready";
+  if (strcmp(mode, "signals") == 0) {                     /* hot=1,hot_delay=5000: the worker waits */
+    for (int i = 0; i < 200 && count_threads() < 2; i++) usleep(5000);
+    CHECK(count_threads() >= 2);
+    signals_stay();
+    return check_done("test_colour_api (signals)");
+  }
   misuse();
   int set = chromalloc_colours(0, 0, 1, 8);
   if (strcmp(mode, "disabled") == 0) {                   /* colours=0 or an unusable profile */
@@ -256,6 +290,7 @@ int main(int argc, char** argv) {
   }
   int colours = chromalloc_colour_count();
   CHECK(colours >= 8);
+  signals_stay();                                         /* the worker is running */
   /* a set registered while the worker still stocks the first one gets stock too (the worker
      used to go on stocking for the sets it had planned, and this one waited forever) */
   int other = chromalloc_colours(0, 1, 8, 8);
