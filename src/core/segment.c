@@ -218,6 +218,12 @@ static ca_segment_t* segment_carve(void) {
    segments of large objects up to 2 MiB each where its live ones took 5 MiB.  The header, and
    `dirty` (kept across reuse), are left for the caller. */
 #define CA_FIT_SLACK ((size_t)64 << 10)
+/* a resident extent `res` fits `touch` better than `best`: one covering it with less to spare, or
+   a larger one while neither covers it */
+static bool fits_better(size_t res, size_t best, size_t touch) {
+  if (res >= touch) return best < touch || res < best;
+  return best < touch && res > best;
+}
 static ca_segment_t* segment_map(size_t size, size_t touch, bool* fresh) {
   ca_segment_t* best = NULL;
   size_t best_res = 0;
@@ -225,8 +231,7 @@ static ca_segment_t* segment_map(size_t size, size_t touch, bool* fresh) {
   for (ca_segment_t* s = cache_first; s != NULL; s = s->next) {     /* newest (likely warm) first */
     if (s->size < size || s->size > 2 * size) continue;
     size_t res = s->purged ? 0 : s->dirty;
-    bool better = best == NULL || s->size < best->size ||
-                  (s->size == best->size && (res >= touch ? best_res < touch || res < best_res : best_res < touch && res > best_res));
+    bool better = best == NULL || s->size < best->size || (s->size == best->size && fits_better(res, best_res, touch));
     if (better) { best = s; best_res = res; }
     if (best->size == size && best_res >= touch && best_res - touch <= touch / 4 + CA_FIT_SLACK) break;   /* fits well enough */
   }

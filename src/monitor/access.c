@@ -80,11 +80,8 @@ static bool quiet(void);
 static __thread bool holding __attribute__((tls_model("initial-exec")));
 #ifdef CA_TEST_HOOKS
 void (*_ca_test_locked)(char which);
-#define LOCKED(which) do { if (_ca_test_locked != NULL) _ca_test_locked(which); } while (0)
-#else
-#define LOCKED(which) do { } while (0)
 #endif
-static void lock_a(void) { holding = true; _ca_lock(&A.lock); LOCKED('A'); }
+static void lock_a(void) { holding = true; _ca_lock(&A.lock); CA_TEST_LOCKED('A'); }
 static void unlock_a(void) { _ca_unlock(&A.lock); holding = false; }
 
 bool _ca_access_armed(void) { return atomic_load_explicit(&A.armed, ca_relaxed) != 0; }

@@ -113,6 +113,9 @@ void   _ca_access_thread_leaving(void);              /* a thread's exit: until i
 void   _ca_access_fork_child(void);
 #ifdef CA_TEST_HOOKS
 extern void (*_ca_test_locked)(char which);   /* called in A.lock ('A') and H.lock ('H') sections */
+#define CA_TEST_LOCKED(which) do { if (_ca_test_locked != NULL) _ca_test_locked(which); } while (0)
+#else
+#define CA_TEST_LOCKED(which) do { } while (0)
 #endif
 /* written pages (written.c): userfaultfd's asynchronous write protection and PAGEMAP_SCAN */
 bool        _ca_written_ok(void);                    /* usable here (tried once, on first use) */

@@ -164,13 +164,7 @@ static struct {
 /* Set while this thread takes or holds H.lock: a system call in a signal handler nested in that
    section (bash's SIGCHLD handler calls waitpid) comes to on_change, which must not wait for it. */
 static __thread bool holding __attribute__((tls_model("initial-exec")));
-static void lock_h(void) {
-  holding = true;
-  _ca_lock(&H.lock);
-#ifdef CA_TEST_HOOKS
-  if (_ca_test_locked != NULL) _ca_test_locked('H');
-#endif
-}
+static void lock_h(void) { holding = true; _ca_lock(&H.lock); CA_TEST_LOCKED('H'); }
 static void unlock_h(void) { _ca_unlock(&H.lock); holding = false; }
 
 /* ---- the pure pieces (hot.h) ----------------------------------------------------------------- */
