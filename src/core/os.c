@@ -149,6 +149,20 @@ void _ca_os_signals_block(uint64_t* old) {
 }
 void _ca_os_signals_restore(uint64_t old) { _ca_syscall6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&old, 0, sizeof old, 0, 0); }
 
+/* A signal this thread blocks has a handler: the thread may be running that handler (a handler
+   runs with its own signal blocked), where starting a thread of ours is not safe (pthread_create
+   takes locks and allocates).  Blind to handlers installed with SA_NODEFER. */
+bool _ca_os_maybe_in_handler(void) {
+  uint64_t mask = 0;
+  if (_ca_syscall6(SYS_rt_sigprocmask, SIG_BLOCK, 0, (long)&mask, sizeof mask, 0, 0) != 0) return true;
+  for (; mask != 0; mask &= mask - 1) {
+    struct { uintptr_t handler; unsigned long flags; uintptr_t restorer; uint64_t mask; } k;   /* the kernel's */
+    long r = _ca_syscall6(SYS_rt_sigaction, __builtin_ctzll(mask) + 1, 0, (long)&k, sizeof k.mask, 0, 0);
+    if (r == 0 && k.handler != (uintptr_t)SIG_DFL && k.handler != (uintptr_t)SIG_IGN) return true;
+  }
+  return false;
+}
+
 /* ---- the clock: the vDSO's clock_gettime, found once in its dynamic symbols ------------------ */
 
 typedef int (*gettime_fn)(clockid_t, struct timespec*);

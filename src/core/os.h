@@ -57,6 +57,7 @@ void     _ca_os_close(int fd);
 void     _ca_os_close_ours(int fd, const char* names);     /* only if /proc/self/fd/fd names it still */
 void     _ca_os_signals_block(uint64_t* old);                /* all but SIGSEGV, SIGBUS: around creating */
 void     _ca_os_signals_restore(uint64_t old);               /* ... a thread of ours */
+bool     _ca_os_maybe_in_handler(void);                      /* a blocked signal has a handler */
 size_t   _ca_os_rss_peak(void);                             /* bytes, from getrusage */
 size_t   _ca_os_rss_now(void);                              /* bytes, from /proc/self/statm */
 void     _ca_write_stderr(const char* msg);

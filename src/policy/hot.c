@@ -143,6 +143,7 @@ static struct {
   _Atomic(bool) forking;             /* between fork's prepare and its parent or child handler, */
   _Atomic(uint64_t) child_born;      /* a fork child whose worker is not started yet: its birth */
   pid_t      fork_pid;               /* ... in this process */
+  uint64_t   child_deferred;         /* its start put off: a call from a signal handler, maybe */
   uint32_t   hist[256], threshold, k, nhot;
   uint32_t   before[CA_COLOURS_MAX], now[CA_COLOURS_MAX];   /* the hot pages per colour, as first
                                                                measured and now */
@@ -874,6 +875,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "first_move_ms", H.first_move ? (H.first_move - H.started) / 1000000 : 0);   /* since start */
   ca_buf_field_u64(b, "last_move_ms", H.last_move ? (H.last_move - H.started) / 1000000 : 0);
   ca_buf_field_u64(b, "move_failures", H.move_failures);
+  ca_buf_field_u64(b, "child_start_deferred", H.child_deferred);
   ca_buf_field_u64(b, "colours_without_frames", H.unusable);
   ca_buf_str(b, ",\"partition\":\"");
   ca_buf_hex(b, H.partition);
@@ -920,14 +922,17 @@ static void fork_child(void) {
   H.scan = (ca_hot_scan_t){0};
   H.measured = H.unknown = H.moved = H.move_failures = 0;
   H.over_full = H.over_full_before = 0;
+  H.child_deferred = 0;
   H.started = _ca_clock_ns();
   atomic_store(&H.child_born, H.started);
 }
 
-/* (a wrapped system call: a thread may start here) a fork child's worker, after hot_delay */
+/* (a wrapped system call: a thread may start here) a fork child's worker, after hot_delay, and
+   never from a signal handler's call (bash's SIGCHLD handler calls waitpid): later then */
 static void child_worker(void) {
   uint64_t born = atomic_load_explicit(&H.child_born, ca_relaxed);
   if (born == 0 || _ca_clock_ns() - born < (uint64_t)opt[HOT_OPT_DELAY] * 1000000u) return;
+  if (_ca_os_maybe_in_handler()) { H.child_deferred++; return; }
   if (!atomic_compare_exchange_strong(&H.child_born, &born, 0)) return;
   client.delay_ms = 0;
   _ca_colour_client(&client);

@@ -16,7 +16,8 @@
       blocked).
    3. Quiet: nothing armed, and armed ranges opened, from a thread's exit until it is gone,
       during posix_spawn, and after vfork.
-   4. Nested: a signal handler's system calls inside our own locked sections go on. */
+   4. Nested: a signal handler's system calls inside our own locked sections go on; a fork
+      child's worker is not started from one. */
 #include "check.h"
 #include "../../src/policy/hot.h"
 #include "../../src/color/colour.h"
@@ -492,6 +493,53 @@ static void nested(void) {
   fprintf(stderr, "nested: system calls of a signal handler inside A.lock and H.lock went on\n");
 }
 
+/* a fork child's worker starts at a system call after hot_delay, but not at one a signal
+   handler makes (pthread_create there may take a lock or a heap the signal interrupted): at the
+   next call outside it.  Counted by raw system calls, which start nothing. */
+static int threads_now(void) {
+  char buf[4096];
+  int fd = (int)_ca_syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/status", O_RDONLY, 0, 0, 0);
+  long n = fd >= 0 ? _ca_syscall6(SYS_read, fd, (long)buf, sizeof buf - 1, 0, 0, 0) : -1;
+  if (fd >= 0) _ca_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* t = strstr(buf, "Threads:");
+  return t != NULL ? atoi(t + 8) : -1;
+}
+static int handler_fd;
+static volatile int handler_threads;
+static void child_handler(int sig) {
+  (void)sig;
+  if (write(handler_fd, "x", 1) == 1) handler_threads = threads_now();
+}
+static void child_in_handler(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    handler_fd = open("/dev/null", O_WRONLY);
+    signal(SIGUSR1, child_handler);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    struct timespec d = { 0, ((long)chromalloc_option("hot_delay") + 50) * 1000000 };
+    while (d.tv_nsec >= 1000000000) { d.tv_sec++; d.tv_nsec -= 1000000000; }
+    _ca_syscall6(SYS_nanosleep, (long)&d, 0, 0, 0, 0, 0);   /* raw: the start is due from here */
+    if (threads_now() != 1) _exit(1);
+    raise(SIGUSR1);
+    if (handler_threads != 1) _exit(2);           /* not started in the handler */
+    sigset_t usr2;                                 /* blocked, but with no handler: no reason to wait */
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    _ca_syscall6(SYS_rt_sigprocmask, SIG_BLOCK, (long)&usr2, 0, 8, 0, 0);
+    if (write(handler_fd, "y", 1) != 1) _exit(3);
+    if (threads_now() != 2) _exit(4);             /* started at the next call */
+    _exit(stats_value("hot", "child_start_deferred") >= 1 ? 0 : 5);
+  }
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+  CHECK_EQ(WEXITSTATUS(st), 0);
+  fprintf(stderr, "child in handler: a fork child's worker started after its signal handler, not in it\n");
+}
+
 /* the program closes our descriptors (a daemon closing every one) and opens files under their
    numbers: a forked child's handlers must not close the program's files for ours */
 static void closed_fds(void) {
@@ -534,6 +582,7 @@ int main(void) {
   waited();
   written();
   nested();
+  child_in_handler();
   program();
   if (_ca_written_ok()) closed_fds();              /* last: our descriptors are gone after it */
   return check_done("test_hot");
