@@ -21,7 +21,7 @@ Configurations:
   nostream           glibc, laps without the stream: the chase with nothing in its way
   colour             build/libchromalloc-colour.so as by default: NightWatch alone (it judges
                      whole chunks, so it cannot split this one)
-  colour-rocs        rocs=1 (its search scored by the stand-in: the reloads' time)
+  colour-rocs        rocs=1 (its search scored by the lap stand-in; none without lap pages)
   colour-rocs-progress  rocs=1, the program calling chromalloc_progress(1) every lap
                      (both with rocs_l3=auto: pages reused through the L3 join the stack where
                      the buffer's share of the L3 holds them all)

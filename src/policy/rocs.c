@@ -41,8 +41,10 @@
                threads (the colour worker's stocking and moves left out).  Else the stand-in:
                minus the lap time, how long the lap pages (hot.c: a few touched pages of the
                profiled objects, armed alone between the windows) wait to be touched; a loop
-               touches them once a lap.  Without lap pages, minus the mean reload time per page
-               sampled in the step (an estimate of the stall per reference).
+               touches them once a lap.  Without lap pages (no page reloaded often enough: a
+               random chase) there is no score and no search: the profile goes on, nothing
+               moves.  The mean reload time per page (an estimate of the stall per reference)
+               is kept for the report only: it does not follow the program's speed.
      phases    once settled, each rocs_step windows are scored again; a score off the settled one
                by more than a third for three scores in a row is a new phase: the buffer is
                emptied and the profile and search run again.
@@ -110,7 +112,7 @@ static struct {
   bool              reserved;
   bool              l3;             /* runs reused through the L3 are candidates (rocs_l3, decided) */
   /* statistics */
-  uint64_t          samples[5], profiles, searches, phases, moved_in, moved_out, move_failures, gone, guarded, spared;
+  uint64_t          samples[5], profiles, searches, unscored, phases, moved_in, moved_out, move_failures, gone, guarded, spared;
   uint32_t          chosen, history_n;
   struct { uint32_t k; double progress, stall, lap; } history[HISTORY];   /* per configuration scored */
   double            last_progress, last_stall, last_lap;
@@ -186,10 +188,12 @@ bool _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t lasti
 
 /* ---- the fault handler's side ------------------------------------------------------------------- */
 
+static bool test_no_laps;                                  /* tests: a program without lap pages */
 #ifdef CA_TEST_HOOKS
 static int (*test_level)(uintptr_t page);                  /* tests script the level */
 void     _ca_rocs_test_level(int (*fn)(uintptr_t page)) { test_level = fn; }
 uint32_t _ca_rocs_test_in(void) { return R.in; }
+void     _ca_rocs_test_no_laps(bool on) { test_no_laps = on; }
 #endif
 
 static void reloaded(uintptr_t addr) {
@@ -236,10 +240,10 @@ static uint64_t clock_of(clockid_t c) {
    moves would count against the configuration being scored) */
 static uint64_t cpu_ns(void) { return clock_of(CLOCK_PROCESS_CPUTIME_ID) - clock_of(CLOCK_THREAD_CPUTIME_ID); }
 
-/* the configuration measured since the last call: progress per CPU second, or the stand-in;
-   both kept for the report (how well the stand-in tracks the program's own measure).  False
-   when the stand-in sampled no page: its 0 would read as the best score of all (art4 under the
-   stand-in confined the victim with the stream that way) */
+/* the configuration measured since the last call: progress per CPU second, or the lap time;
+   both and the mean reload time kept for the report (how well the stand-ins track the
+   program's own measure).  False when the lap pages were not touched: a 0 would read as the
+   best score of all (art4 under a stand-in confined the victim with the stream that way) */
 static bool score(double* out) {
   double sum;
   uint32_t pages;
@@ -254,8 +258,8 @@ static bool score(double* out) {
   R.last_lap = trapped ? (double)waited / trapped / 1000 : 0;
   R.progress_at = units;
   R.cpu_at = cpu;
-  *out = R.by_progress ? R.last_progress : R.laps ? -R.last_lap : -R.last_stall;
-  return R.by_progress || (R.laps ? trapped > 0 : pages > 0);
+  *out = R.by_progress ? R.last_progress : -R.last_lap;
+  return R.by_progress || trapped > 0;
 }
 
 static void note(uint32_t k) {
@@ -347,11 +351,16 @@ void _ca_rocs_window(void) {
     }
     R.profiles++;
     R.windows = 0;
-    if (R.nstack == 0 || !buffer_sets()) return;               /* nothing to confine: profile on */
+    if (R.nstack == 0) return;                                 /* nothing to confine: profile on */
+    R.laps = test_no_laps ? 0 : _ca_hot_rocs_laps();
+    /* no score that follows the program's speed: no search (the mean reload time ranked a sweep's
+       configurations at -0.4 to 0.5 against the program's progress; scored by it, the search
+       chose at random and paid for its moves: a 64 MiB random chase ran 7% slower) */
+    if (opt[R_OPT_FIXED] < 0 && R.laps == 0 && atomic_load_explicit(&R.progress, ca_relaxed) == 0) { R.unscored++; return; }
+    if (!buffer_sets()) return;
     R.nbefore = _ca_hot_rocs_profile(R.before, PROFILE_RUNS);
     _ca_colour_prepare(R.set, R.nstack + 8, 0);                 /* frames for the buffer, stocked meanwhile */
     R.history_n = 0;
-    R.laps = _ca_hot_rocs_laps();
     (void)score(&(double){0});                                 /* the first configuration's measure starts */
     if (opt[R_OPT_FIXED] >= 0) {                               /* a point of a sweep: no search, no phases */
       R.chosen = (uint32_t)((uint64_t)R.nstack * (uint64_t)opt[R_OPT_FIXED] / 100);
@@ -420,7 +429,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_str(b, "{\"state\":\"");
   ca_buf_str(b, state_words[R.state]);
   ca_buf_str(b, "\",\"objective\":\"");
-  ca_buf_str(b, R.by_progress ? "progress" : R.laps ? "lap time" : "reload stall");
+  ca_buf_str(b, R.by_progress ? "progress" : R.laps ? "lap time" : "none");
   ca_buf_str(b, "\",\"reserved\":");
   ca_buf_str(b, R.reserved ? "true" : "false");
   ca_buf_field_u64(b, "buffer_colours", R.set > 0 ? (uint64_t)__builtin_popcountll(_ca_colour_known_mask()) / (uint64_t)opt[R_OPT_BUFFER] : 0);
@@ -432,6 +441,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "profiled_pct", R.covered);
   ca_buf_field_u64(b, "stack_runs", R.nstack);
   ca_buf_field_u64(b, "searches", R.searches);
+  ca_buf_field_u64(b, "searches_unscored", R.unscored);
   ca_buf_field_u64(b, "chosen_runs", R.chosen);
   ca_buf_field_u64(b, "runs_in_buffer", R.in);
   ca_buf_field_u64(b, "moved_in", R.moved_in);

@@ -15,7 +15,9 @@
       no search, half the stack in the buffer, nothing moved back out.  `l3`: the stream's pages
       scripted as the L3's (and the spared ones as the L2's) on a machine whose L3 holds the
       stream in the buffer's share (rocs_l3=auto): as `gain`.  `l3small`: the same pages beside a
-      32 MiB L3 (the buffer's share 2 MiB): the profile finds no candidate, nothing moves. */
+      32 MiB L3 (the buffer's share 2 MiB): the profile finds no candidate, nothing moves.
+      `unscored`: as `lap`, but with no lap page (a test hook) and no progress calls: nothing to
+      score a search by, so none is run and nothing moves. */
 #include "check.h"
 #include "../../src/policy/rocs.h"
 #include <pthread.h>
@@ -26,6 +28,7 @@ extern int  chromalloc_colour_of(const void* p) __attribute__((weak));
 extern int  chromalloc_colour_count(void) __attribute__((weak));
 extern void chromalloc_progress(unsigned long units) __attribute__((weak));
 void     _ca_rocs_test_level(int (*fn)(uintptr_t page));   /* rocs.c, test builds */
+void     _ca_rocs_test_no_laps(bool on);
 uint32_t _ca_rocs_test_in(void);
 
 static void pieces(void) {
@@ -159,11 +162,12 @@ static long stat_of(const char* buf, const char* name) {
 /* FIXED: run with rocs_fixed=50, no search; LAP: no progress calls, the search scored by the lap
    pages' waits, each lap 12 ms longer while fewer than half the stack's runs are in the buffer
    (40x: no host's noise turns that round) */
-enum { GAIN, LOSS, FIXED, L3SMALL, LAP };
+enum { GAIN, LOSS, FIXED, L3SMALL, LAP, UNSCORED };
 static void mechanism(int mode) {
   bool gain = mode != LOSS;
   static char buf[1 << 16];
   _ca_rocs_test_level(scripted_level);
+  _ca_rocs_test_no_laps(mode == UNSCORED);
   uint8_t* block = malloc((STREAM_PAGES + REUSED_PAGES + 1) * 4096);
   void* volatile cold = malloc(8u << 20);               /* profiled too, never touched: not waited for */
   stream_lo = (uint8_t*)(((uintptr_t)block + 4095) & ~(uintptr_t)4095);
@@ -184,7 +188,7 @@ static void mechanism(int mode) {
     /* doubling every 4 runs: a step of the search is worth 2x, more than a busy host's noise
        on lap times (a linear curve, 1.3x from 48 to 64 runs, chose 48 beside other tests) */
     uint32_t k = in < 64 ? in : 64;
-    if (mode != LAP) chromalloc_progress(1000ul << (gain ? k / 4 : (64 - k) / 4));
+    if (mode != LAP && mode != UNSCORED) chromalloc_progress(1000ul << (gain ? k / 4 : (64 - k) / 4));
     else if (in < 32)
       for (uint64_t until = now_ns() + 12000000u; now_ns() < until; ) {}
     if (!known && chromalloc_colour_count() > 0 && chromalloc_colour_of(reused) >= 0) {   /* once the colours are */
@@ -195,6 +199,7 @@ static void mechanism(int mode) {
     look = now_ns() + 200000000u;
     chromalloc_stats_json(buf, sizeof buf);
     if (mode == L3SMALL) { settled = stat_of(buf, "profiles") >= 2; continue; }   /* profiled twice, found nothing */
+    if (mode == UNSCORED) { settled = stat_of(buf, "searches_unscored") >= 2; continue; }
     settled = strstr(buf, "\"rocs\":{\"state\":\"settled\"") != NULL &&
               stat_of(buf, "runs_in_buffer") == stat_of(buf, "chosen_runs") &&   /* its moves done too */
               (mode == LOSS || stat_of(buf, "reused_moved_out") >= REUSED_PAGES * 3 / 4);   /* and the reused part's */
@@ -213,6 +218,19 @@ static void mechanism(int mode) {
     CHECK_EQ(stat_of(buf, "stack_runs"), 0);
     CHECK_EQ(stat_of(buf, "moved_in"), 0);
     CHECK_EQ(stat_of(buf, "reused_moved_out"), 0);
+    free(block);
+    free(cold);
+    return;
+  }
+  if (mode == UNSCORED) {                                  /* a stack, and nothing to score a search by */
+    fprintf(stderr, "unscored: %ld profiles, stack %ld runs, %ld searches (%ld without a score), %ld pages moved in\n",
+            stat_of(buf, "profiles"), stat_of(buf, "stack_runs"), stat_of(buf, "searches"), stat_of(buf, "searches_unscored"),
+            stat_of(buf, "moved_in"));
+    CHECK(stat_of(buf, "stack_runs") > 0);
+    CHECK_EQ(stat_of(buf, "searches"), 0);
+    CHECK_EQ(stat_of(buf, "moved_in"), 0);
+    CHECK_EQ(stat_of(buf, "buffer_colours"), 0);           /* no buffer set up, none stocked */
+    CHECK(strstr(buf, "\"objective\":\"none\"") != NULL);
     free(block);
     free(cold);
     return;
@@ -279,6 +297,7 @@ int main(int argc, char** argv) {
   pieces();
   if (argc > 1 && strncmp(argv[1], "l3", 2) == 0) stream_level = 3;
   if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0 || strcmp(argv[1], "l3") == 0 ? GAIN : strcmp(argv[1], "loss") == 0 ? LOSS
-                          : strcmp(argv[1], "l3small") == 0 ? L3SMALL : strcmp(argv[1], "lap") == 0 ? LAP : FIXED);
+                          : strcmp(argv[1], "l3small") == 0 ? L3SMALL : strcmp(argv[1], "lap") == 0 ? LAP
+                          : strcmp(argv[1], "unscored") == 0 ? UNSCORED : FIXED);
   return check_done("rocs");
 }
