@@ -193,6 +193,7 @@ static bool test_no_laps;                                  /* tests: a program w
 static int (*test_level)(uintptr_t page);                  /* tests script the level */
 void     _ca_rocs_test_level(int (*fn)(uintptr_t page)) { test_level = fn; }
 uint32_t _ca_rocs_test_in(void) { return R.in; }
+bool     _ca_rocs_test_profiling(void) { return R.state == ST_PROFILE; }
 void     _ca_rocs_test_no_laps(bool on) { test_no_laps = on; }
 #endif
 
