@@ -539,7 +539,7 @@ static void open_window(uint64_t now) {
   H.window_arm_ns = _ca_clock_ns() - t0;
   H.arm_ns += H.window_arm_ns;
   H.window_end = now + (uint64_t)opt[HOT_OPT_WINDOW] * 1000000u;
-  H.next_window = now + period;
+  H.next_window = now + period * (H.sampling || H.nested ? 1 : _ca_rocs_apart());   /* ROCS's alone: it may idle */
 }
 
 /* A lane's bits into its pages' heat: the paper's scan; a written lane of pages that traps look

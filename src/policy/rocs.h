@@ -71,12 +71,14 @@ bool     _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t l
 /* hot.c's side: the windows run for ROCS too, its traps reach rocs.c's handler hook, and after
    each window the worker hands over (no lock held) */
 bool     _ca_rocs_on(void);
-size_t   _ca_rocs_min_pages(void);
+size_t   _ca_rocs_min_pages(void);          /* large objects of this many pages and more are profiled */
 int      _ca_rocs_buffer_set(void);         /* the buffer's colour set (0: none yet) */
 bool     _ca_rocs_l3(void);                 /* the L3's pages are candidates (rocs_l3, decided): a
                                                page is a polluter when its _ca_rocs_key says so */
-void     _ca_rocs_progress(unsigned long units);   /* chromalloc_progress */          /* large objects of this many pages and more are profiled */
+void     _ca_rocs_progress(unsigned long units);   /* chromalloc_progress */
 void     _ca_rocs_window(void);
+uint32_t _ca_rocs_apart(void);              /* windows this many periods apart (profiles that
+                                               found nothing to do: fewer windows, up to 4x) */
 /* ... and hot.c gives it the pages: profiles noted (a batch of reloads), the candidates in
    profiled ranges (runs of _ca_rocs_run pages, their counts summed) with their key (and how many
    of all `runs` have CA_ROCS_MIN_SAMPLES reloads: `covered`), moves of a profiled page under

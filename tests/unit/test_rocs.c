@@ -222,6 +222,7 @@ static void mechanism(int mode) {
             stat_of(buf, "stack_runs"), stat_of(buf, "moved_in"), laps);
     CHECK_EQ(stat_of(buf, "stack_runs"), 0);
     CHECK_EQ(stat_of(buf, "moved_in"), 0);
+    CHECK_EQ(stat_of(buf, "windows_apart"), 4);              /* found nothing twice: fewer windows */
     CHECK_EQ(stat_of(buf, "reused_moved_out"), 0);
     free(block);
     free(cold);
@@ -235,6 +236,7 @@ static void mechanism(int mode) {
     CHECK_EQ(stat_of(buf, "searches"), 0);
     CHECK_EQ(stat_of(buf, "moved_in"), 0);
     CHECK_EQ(stat_of(buf, "buffer_colours"), 0);           /* no buffer set up, none stocked */
+    CHECK_EQ(stat_of(buf, "windows_apart"), 4);
     CHECK(strstr(buf, "\"objective\":\"none\"") != NULL);
     free(block);
     free(cold);
@@ -242,7 +244,8 @@ static void mechanism(int mode) {
   }
   CHECK(strstr(buf, mode == LAP ? "\"objective\":\"lap time\"" : "\"objective\":\"progress\"") != NULL);
   if (mode == LAP) CHECK(stat_of(buf, "lap_pages") > 0);
-  CHECK(stat_of(buf, "profiled_pct") >= 90);              /* of the runs touched: the cold block's are not */
+  CHECK(stat_of(buf, "profiled_pct") >= 90);
+  CHECK_EQ(stat_of(buf, "windows_apart"), 1);              /* a search: windows every period */              /* of the runs touched: the cold block's are not */
   long runs = stat_of(buf, "stack_runs"), chosen = stat_of(buf, "chosen_runs");
   /* the stream (most of it: a run needs CA_ROCS_MIN_SAMPLES reloads in the profile), nothing else */
   uint32_t run = _ca_rocs_run(STREAM_PAGES + REUSED_PAGES + 1);
