@@ -18,8 +18,8 @@
                 faults (their heat) fit the budget of hot_overhead per mille of the run time;
                 past the traps' share, or while traps are not safe (access.c's quiet), lanes
                 are write-protected instead (monitor/written.c): written pages seen, no trap.
-     laps       ROCS's lap pages (its stand-in for IPC), 4 at a time, armed alone between the
-                windows, 8 times a period: how long each waited to be touched.
+     laps       ROCS's lap pages (its stand-in for IPC), 4 at a time spread over them, armed alone
+                between the windows, 8 times a period: how long each waited to be touched.
      scan       each lane's bits read the paper's way (locality jumping, _ca_hot_scan) into its
                 pages' heat.
      threshold  the histogram of heats gives the lowest heat of the hottest K pages, K = the
@@ -466,13 +466,15 @@ static uint64_t lane_cost(uint32_t at, uint32_t pages, bool writes) {
 static uint64_t measure_fault(bool writes);
 
 /* ROCS's lap pages, LAP_EACH at a time in turn, armed alone between the windows (no other trap
-   to wait behind), every period / LAP_WINDOWS: a loop's pages all wait for the same point of its
-   lap, so a lap window is one sample whatever its pages, and a step needs many */
+   to wait behind), every period / LAP_WINDOWS.  Pages close together wait for the same point of a
+   loop's lap, so those armed together are spread over the lap pages (which lie in address order):
+   their mean wait is then near half a lap wherever the lap was when they were armed */
 static void open_laps(uint64_t now) {
   lock_h();
+  uint32_t each = H.nlap < LAP_EACH ? H.nlap : LAP_EACH, first = H.lap_next++;
   for (uint32_t i = 0; i < H.nlap; i++) H.lap_slot[i] = -1;
-  for (uint32_t k = 0; k < LAP_EACH && k < H.nlap; k++) {
-    uint32_t i = H.lap_next++ % H.nlap;
+  for (uint32_t k = 0; k < each; k++) {
+    uint32_t i = (first + k * H.nlap / each) % H.nlap;
     range_t* r = H.lap[i] != NULL ? range_of(H.lap[i]) : NULL;
     if (r == NULL || !r->profiled) H.lap[i] = NULL;
     H.lap_slot[i] = H.lap[i] != NULL ? _ca_access_arm(H.lap[i], 1, H.lap_bits[i], false) : -1;
