@@ -161,7 +161,9 @@ uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
   }
   if (s->steps++ == 0) { s->base = s->best = score; s->best_k = 0; }
   else if (score > s->best) { s->best = score; s->best_k = s->k; }
-  if (s->k < s->size) {
+  /* a third below a best that beat k = 0: what is still out is the victim's side of the stack */
+  bool fallen = s->best_k != 0 && beats(s->best, s->base, s->margin) && beats(s->best, score, 1.0 / 3);
+  if (s->k < s->size && !fallen) {
     s->k = s->size - s->k > s->step ? s->k + s->step : s->size;
     return s->k;
   }

@@ -58,14 +58,26 @@ static void pieces(void) {
   for (int i = 0; i < CA_ROCS_DECAY; i++) _ca_rocs_note(&d, 2, 100);
   CHECK_EQ(_ca_rocs_key(&d, false), 0);
 
-  /* the search: a peak at 37 of 100, 8 steps of 13: k = 0, 13, 26, 39 ... 100 tried; 39 best */
+  /* the search: a peak at 37 of 100, 8 steps of 13: k = 0, 13, 26, 39 ... 91 tried (a third below
+     39's score: the sweep ends there); 39 best */
   ca_rocs_search_t s;
   _ca_rocs_search_begin(&s, 100, 8, 0.05);
   uint32_t tried = 0, k = 0;
   while (!s.done) { double x = (double)k - 37; k = _ca_rocs_search_next(&s, 10000 - x * x); tried++; }
-  CHECK_EQ(tried, 9 + 2);                                   /* the sweep, then 39 and 0 again */
+  CHECK_EQ(tried, 8 + 2);                                   /* the sweep, then 39 and 0 again */
   CHECK_EQ(k, 39);
   CHECK_EQ(s.best_k, 39);
+  /* a cliff past 32 of 64 (the victim confined): 40 is tried, 48-64 never */
+  _ca_rocs_search_begin(&s, 64, 8, 0.05);
+  uint32_t highest = 0;
+  for (k = 0; !s.done; ) { highest = k > highest ? k : highest; k = _ca_rocs_search_next(&s, k <= 32 ? 1000.0 + 10 * k : 500); }
+  CHECK_EQ(highest, 40);
+  CHECK_EQ(k, 32);
+  /* a fall with no best above k = 0 before it goes on (the stand-in's noise at small k) */
+  _ca_rocs_search_begin(&s, 64, 8, 0.05);
+  for (highest = 0, k = 0; !s.done; ) { highest = k > highest ? k : highest; k = _ca_rocs_search_next(&s, k == 8 ? 600 : k >= 56 ? 1200 : 1000); }
+  CHECK_EQ(highest, 64);
+  CHECK_EQ(k, 56);
   /* the stand-in's scores are negative (minus the reload time): higher is still better */
   _ca_rocs_search_begin(&s, 64, 4, 0.05);
   for (k = 0; !s.done; ) k = _ca_rocs_search_next(&s, -1000.0 + 10.0 * k);   /* best at the top */
