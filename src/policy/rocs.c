@@ -46,8 +46,9 @@
                moves.  The mean reload time per page (an estimate of the stall per reference)
                is kept for the report only: it does not follow the program's speed.
      phases    once settled, each rocs_step windows are scored again; a score off the settled one
-               by more than a third for three scores in a row is a new phase: the buffer is
-               emptied and the profile and search run again.
+               by more than a third for three scores in a row: k = 0 is scored beside it, and
+               unless the settled k still beats it, a new phase: the buffer stays emptied and
+               the profile and search run again.
 
    The buffer is the first 1/rocs_buffer of the colours (a colour set), reserved so that the
    colour layer's protection keeps ordinary memory up to the L2's size out of it; NightWatch's
@@ -92,8 +93,8 @@ static const ca_option_desc_t options[R_OPT_COUNT] = {
 #define PROFILE_RUNS 1024           /* runs of the address-space profile in the report */
 #define IDLE_MAX 2                  /* windows 1, 2, then 4 periods apart while profiles find nothing */
 
-enum { ST_OFF, ST_PROFILE, ST_SEARCH, ST_SETTLED };
-static const char* const state_words[] = { "off", "profiling", "searching", "settled" };
+enum { ST_OFF, ST_PROFILE, ST_SEARCH, ST_SETTLED, ST_RECHECK };
+static const char* const state_words[] = { "off", "profiling", "searching", "settled", "rechecking" };
 
 static struct {
   _Atomic(uint64_t) head;           /* reloads written (the fault handler) */
@@ -113,7 +114,8 @@ static struct {
   bool              reserved;
   bool              l3;             /* runs reused through the L3 are candidates (rocs_l3, decided) */
   /* statistics */
-  uint64_t          samples[5], profiles, searches, unscored, phases, moved_in, moved_out, move_failures, gone, guarded, spared;
+  uint64_t          samples[5], profiles, searches, unscored, phases, rechecks, moved_in, moved_out, move_failures, gone, guarded, spared;
+  double            held;           /* the settled k's last score, when its phase looked over */
   uint32_t          chosen, history_n;
   struct { uint32_t k; double progress, stall, lap; } history[HISTORY];   /* per configuration scored */
   double            last_progress, last_stall, last_lap;
@@ -400,14 +402,32 @@ void _ca_rocs_window(void) {
     if (!place(R.chosen) || guard()) { (void)score(&(double){0}); R.windows = 0; return; }
     if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
     R.windows = 0;
+    if (!score(&R.held)) return;
+    note(R.chosen);
+    if (opt[R_OPT_FIXED] >= 0 || !_ca_rocs_phase(&R.phase, R.held, 1.0 / 3, 3)) return;
+    /* a buffer in use is checked against k = 0 first: the host's slowdowns of a second or more
+       move every score alike and read as a phase (art4 emptied a buffer that held its victim's
+       gain so) */
+    R.state = R.chosen != 0 ? ST_RECHECK : ST_PROFILE;
+    R.phases += R.state == ST_PROFILE;
+    return;
+  case ST_RECHECK:
+    if (!place(0)) { (void)score(&(double){0}); R.windows = 0; return; }
+    if (R.windows < (uint32_t)opt[R_OPT_STEP]) return;
+    R.windows = 0;
     {
       double s;
       if (!score(&s)) return;
-      note(R.chosen);
-      if (opt[R_OPT_FIXED] >= 0 || !_ca_rocs_phase(&R.phase, s, 1.0 / 3, 3)) return;
+      note(0);
+      if (beats(R.held, s, (double)opt[R_OPT_MARGIN] / 100)) {   /* it still holds: back in, a new reference */
+        R.rechecks++;
+        R.phase = (ca_rocs_phase_t){ 0 };
+        R.state = ST_SETTLED;
+        return;
+      }
     }
     R.phases++;
-    R.chosen = 0;                                              /* empty the buffer, then profile anew */
+    R.chosen = 0;                                              /* the buffer is empty: profile anew */
     R.state = ST_PROFILE;
     return;
   }
@@ -465,6 +485,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "reused_moved_out", R.guarded);
   ca_buf_field_u64(b, "reused_spared", R.spared);
   ca_buf_field_u64(b, "phase_changes", R.phases);
+  ca_buf_field_u64(b, "phase_rechecks", R.rechecks);
   ca_buf_field_u64(b, "lap_pages", R.laps);
   /* the address-space profile, [object, % from memory, % beyond the L2, in the buffer] per run:
      as the last search began, and now */
