@@ -131,6 +131,7 @@ typedef struct ca_monitor_state_s {
   uint32_t       hit_ticks, miss_ticks, threshold;
   uint32_t       l3_low_ticks;        /* the L3's second fastest reading of nine */
   uint32_t       mem_ticks, mem_threshold;  /* lines flushed to memory; beyond it a reload came from memory */
+  uint32_t       measures;            /* measurements taken (the quietest is kept) */
   uint64_t       first_refs, pairs, pair_hits, far, unused, expired, interference;
   uint64_t       rearms, released, no_room, verdicts, fault_ns, members, group_verdicts;
   _Atomic(uint64_t) wakes, wake_ns, tick_rearms;

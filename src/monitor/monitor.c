@@ -462,6 +462,7 @@ void _ca_monitor_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "l3_low_ticks", M.l3_low_ticks);
   ca_buf_field_u64(b, "mem_ticks", M.mem_ticks);
   ca_buf_field_u64(b, "mem_threshold", M.mem_threshold);
+  ca_buf_field_u64(b, "reload_measures", M.measures);
   ca_buf_field_u64(b, "first_refs", M.first_refs);
   ca_buf_field_u64(b, "pairs", M.pairs);
   ca_buf_field_u64(b, "pair_hits", M.pair_hits);

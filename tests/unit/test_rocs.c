@@ -263,6 +263,8 @@ static void mechanism(int mode) {
   CHECK(strstr(buf, mode == LAP ? "\"objective\":\"lap time\"" : "\"objective\":\"progress\"") != NULL);
   if (mode == LAP) CHECK(stat_of(buf, "lap_pages") > 0);
   CHECK(stat_of(buf, "profiled_pct") >= 90);
+  const char* measures = strstr(buf, "\"reload_measures\":");       /* measured again, the quietest kept */
+  CHECK(measures != NULL && atol(measures + strlen("\"reload_measures\":")) >= 2);
   CHECK_EQ(stat_of(buf, "windows_apart"), 1);              /* a search: windows every period */              /* of the runs touched: the cold block's are not */
   long runs = stat_of(buf, "stack_runs"), chosen = stat_of(buf, "chosen_runs");
   /* the stream (most of it: a run needs CA_ROCS_MIN_SAMPLES reloads in the profile), nothing else */
