@@ -47,12 +47,11 @@ static inline bool _ca_rocs_l3_fits(size_t bytes, size_t l3, uint32_t buffer) {
    one scores a third below a best that beat k = 0 (the stack's tail is the victim beside the
    stream: art4's victim, confined, doubled the lap time, and the confirmation's best just after
    read worse); then the best, unless it beats k = 0 by less than `margin` (a fraction): k = 0.
-   A best is then
-   confirmed: scored again where it is, then k = 0 again, and kept only if the worse of its two
-   scores beats the better of k = 0's by the margin (the best of a sweep of noisy scores is the
-   luckiest: under the lap stand-in, whose scores move 20% at a fixed k, the 8 MiB reuse
-   adversary kept 17-129 runs of its stack and lost 2.7%).  Only a best that holds moves in
-   again. */
+   A best is then confirmed: scored again where it is, then k = 0 again, and kept only if the
+   worse of its two scores beats the better of k = 0's by the margin (the best of a sweep of
+   noisy scores is the luckiest: under the lap stand-in, whose scores moved 20% at a fixed k,
+   the 8 MiB reuse adversary kept 17-129 runs of its stack and lost 2.7%).  Only a best that
+   holds moves in again. */
 typedef struct ca_rocs_search_s {
   uint32_t size, step, k, best_k, steps;
   double best, base, again, margin;
