@@ -74,7 +74,7 @@ static inline __attribute__((always_inline)) void _ca_free(void* p) {
   /* the index is masked instead of bounds-checked: a wild pointer above 2^47 then names one of
      our segments, and fails the block test below (its offset from the span is no block's) */
   uintptr_t i = _ca_segment_index(p) & (((uintptr_t)1 << CA_SEGMAP_BITS) - 1);
-  if (ca_likely((atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1)) {
+  if (ca_likely(_ca_segmap_bit(i))) {
     ca_segment_t* seg = (ca_segment_t*)(i << CA_SEGMENT_SHIFT);
     /* the span as if the segment were SMALL (a constant shift, no load of the segment's): in a
        MEDIUM or LARGE one, the block test fails p anywhere but in the span this names */

@@ -45,9 +45,11 @@ void _ca_segmap_set(ca_segment_t* seg, bool present);
 /* The segment holding p: (p - 1) so that an object that starts exactly on a 2 MiB boundary
    (alignment >= 2 MiB) belongs to the header just before it. */
 static inline uintptr_t _ca_segment_index(const void* p) { return ((uintptr_t)p - 1) >> CA_SEGMENT_SHIFT; }
+/* unit i's bit; i below 2^CA_SEGMAP_BITS (free's fast path masks it, _ca_segmap_has checks it) */
+static inline bool _ca_segmap_bit(uintptr_t i) { return (atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1; }
 static inline bool _ca_segmap_has(uintptr_t i) {
   if (ca_unlikely((i >> CA_SEGMAP_BITS) != 0)) return false;
-  return (atomic_load_explicit(&_ca_segmap[i >> 6], ca_relaxed) >> (i & 63)) & 1;
+  return _ca_segmap_bit(i);
 }
 /* NULL when p is not in a chromalloc segment. */
 static inline ca_segment_t* _ca_segment_of(const void* p) {
