@@ -244,8 +244,8 @@ def pv_argv(workload, extra):
     return [str(BUILD / "pv"), workload] + extra
 
 
-def start(br, cfg, argv, report, stats_path, cpu=None):
-    cmd = br.launch_cmd(cfg, report, argv)
+def start(br, cfg, argv, report, stats_path, cpu=None, wash_mib=0):
+    cmd = br.launch_cmd(cfg, report, argv, wash_mib)
     if cpu is not None:
         cmd = (["taskset", "-c", str(cpu)] + cmd) if shutil.which("taskset") else cmd
     pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None and not shutil.which("taskset") else None
@@ -331,7 +331,7 @@ def run_pv(br, cfg, experiment, workload, rep, extra, cpu=None, timeout=PV_TIMEO
         report, stats = os.path.join(tmp, "report"), os.path.join(tmp, "stats.json")
         trace_path = os.path.join(tmp, "trace") if trace else None
         argv = pv_argv(workload, extra + ([f"--trace={trace_path}"] if trace else []))
-        p, cmd = start(br, cfg, argv, report, stats, cpu)
+        p, cmd = start(br, cfg, argv, report, stats, cpu, br.WASH_MIB)   # alone: nothing else runs meanwhile
         name = argv[1] + ("-alone" if "--no-polluter" in argv else "")
         run = finish(Run(experiment, workload, cfg.name, rep), p, cmd, report, stats, timeout, name)
         if trace and run.ok and run.nw:

@@ -183,10 +183,17 @@ def child_env(alloc):
     return env
 
 
-def launch_cmd(alloc, report, argv):
+# MiB of free pages the cache runtime's benchmarks wash before each process (launch.c -w): a
+# process that confined memory leaves frames of few colours on top of the kernel's lists
+WASH_MIB = 512
+
+
+def launch_cmd(alloc, report, argv, wash_mib=0):
     cmd = [str(BUILD / "launch")]
     if alloc.preload:
         cmd += ["-p", alloc.preload]
+    if wash_mib:
+        cmd += ["-w", str(wash_mib)]
     return cmd + [report] + argv
 
 
