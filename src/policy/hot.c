@@ -1115,9 +1115,11 @@ int _ca_hot_rocs_move(uint8_t* page, int set, int how) {
   long e = r != NULL && r->profiled ? entry_of(page) : -1;
   /* a page of a run going in whose own reloads do not make it a candidate (_ca_rocs_key) is
      reused data beside the stream (a big object's run is 1/256 of it: its last may hold the
-     victim too); one going back out that never went in has nothing to undo */
+     victim too); one going back out that never went in has nothing to undo, nor one sent away
+     that is in the buffer or has left it already */
   int skip = e < 0 ? -1 : in && H.prof[e].n > CA_ROCS_MIN_SAMPLES && _ca_rocs_key(&H.prof[e], _ca_rocs_l3()) == 0 ? -2
-           : how == CA_ROCS_OUT && !H.prof[e].in ? -3 : 0;
+           : how == CA_ROCS_OUT && !H.prof[e].in ? -3
+           : how == CA_ROCS_AWAY && (H.prof[e].in || H.prof[e].out) ? -3 : 0;
   if (skip == 0) H.busy = page;
   unlock_h();
   if (skip != 0) return skip;

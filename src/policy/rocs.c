@@ -106,7 +106,8 @@ static struct {
   int               state, set, rest;
   uint32_t          windows;        /* in the current state (or step) */
   ca_rocs_cand_t    stack[STACK];
-  uint32_t          nstack, in;     /* pages in the stack; the top `in` are in the buffer */
+  uint32_t          nstack, in;     /* runs in the stack; the top `in` are in the buffer */
+  uint32_t          tail;           /* the runs from here up to the stack's end were re-dealt (guard) */
   ca_rocs_search_t  search;
   ca_rocs_phase_t   phase;
   _Atomic(uint64_t) progress;       /* chromalloc_progress units */
@@ -114,7 +115,7 @@ static struct {
   bool              reserved;
   bool              l3;             /* runs reused through the L3 are candidates (rocs_l3, decided) */
   /* statistics */
-  uint64_t          samples[5], profiles, searches, unscored, phases, rechecks, moved_in, moved_out, move_failures, gone, guarded, spared;
+  uint64_t          samples[5], profiles, searches, unscored, phases, rechecks, moved_in, moved_out, move_failures, gone, guarded, redealt, spared;
   double            held;           /* the settled k's last score, when its phase looked over */
   uint32_t          chosen, history_n;
   struct { uint32_t k; double progress, stall, lap; } history[HISTORY];   /* per configuration scored */
@@ -302,19 +303,29 @@ static bool place(uint32_t k) {
    each: 1 in 16 of them lay in the buffer's colours and were evicted by what is confined there
    (the victim's chase read 17-21 ns with the stream confined by hand, against 4 without it).
    Those evicted read from the L3, so reuse through the L3 counts too, after the L2's.  At most
-   twice the L2's pages in all: more cannot be reused through it.  True when it moved any: the
+   twice the L2's pages in all: more cannot be reused through it.  Once settled, the pages of
+   the runs left out follow, from the stack's bottom (the victim's side): a victim page in the
+   buffer's colours is evicted there and reads from the L3 like the stream, so it is no
+   "reused" page, and stays slow (after a process that had confined 4 MiB to one colour, the
+   next process's art4 had 47-103 of its 169 reused pages there).  True when it moved any: the
    step's measure starts again (bounded: each page once). */
 static bool guard(void) {
   static uint8_t* pages[512];
   size_t cap = 2 * _ca_machine_l2() / CA_OS_PAGE;
+  uint32_t max = (uint32_t)(opt[R_OPT_BUDGET] < 512 ? opt[R_OPT_BUDGET] : 512);
   if (R.in == 0 || R.guarded >= cap) return false;
-  uint32_t n = _ca_hot_rocs_reused(pages, (uint32_t)(opt[R_OPT_BUDGET] < 512 ? opt[R_OPT_BUDGET] : 512));
+  uint32_t n = _ca_hot_rocs_reused(pages, max);
+  bool tail = n == 0 && R.state == ST_SETTLED && R.tail > R.chosen && R.tail > R.in;
+  for (uint32_t p = 0; tail && p < R.stack[R.tail - 1].pages && n < max; p++)    /* a run a window */
+    pages[n++] = R.stack[R.tail - 1].page + (size_t)p * CA_OS_PAGE;
   bool any = false;
-  for (uint32_t i = 0; i < n && R.guarded < cap; i++) {
+  uint32_t i = 0;
+  for (; i < n && R.guarded < cap; i++) {
     int r = _ca_hot_rocs_move(pages[i], R.rest, CA_ROCS_AWAY);
     if (r == 0) { R.move_failures++; _ca_colour_prepare(R.rest, n - i, 0); break; }
-    if (r > 0) { R.guarded++; any = true; }
+    if (r > 0) { R.guarded++; R.redealt += tail; any = true; }
   }
+  if (tail && i == n) R.tail--;
   return any;
 }
 
@@ -358,6 +369,7 @@ void _ca_rocs_window(void) {
       R.covered = runs ? covered * 100 / runs : 0;
     }
     R.profiles++;
+    R.tail = R.nstack;
     R.windows = 0;
     /* nothing to confine, or no way to score it: profile on, with fewer windows (their traps
        are a cost for nothing: the 4 MiB reuse adversary read 0.98x without a stack) */
@@ -483,6 +495,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "move_failures", R.move_failures);
   ca_buf_field_u64(b, "pages_gone", R.gone);
   ca_buf_field_u64(b, "reused_moved_out", R.guarded);
+  ca_buf_field_u64(b, "left_out_moved", R.redealt);
   ca_buf_field_u64(b, "reused_spared", R.spared);
   ca_buf_field_u64(b, "phase_changes", R.phases);
   ca_buf_field_u64(b, "phase_rechecks", R.rechecks);

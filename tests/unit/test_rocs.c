@@ -25,6 +25,9 @@
 #include <time.h>
 
 extern int  chromalloc_colour_of(const void* p) __attribute__((weak));
+extern int  chromalloc_colours(unsigned level, unsigned from, unsigned to, unsigned den) __attribute__((weak));
+extern int  chromalloc_colours_prepare(int colours, size_t bytes, int timeout_ms) __attribute__((weak));
+extern long chromalloc_recolour(void* p, size_t len, int colours) __attribute__((weak));
 extern int  chromalloc_colour_count(void) __attribute__((weak));
 extern void chromalloc_progress(unsigned long units) __attribute__((weak));
 void     _ca_rocs_test_level(int (*fn)(uintptr_t page));   /* rocs.c, test builds */
@@ -139,10 +142,30 @@ static uint8_t* stream_lo;
 /* the stream's pages come from memory (`l3`: from the L3), but one in 64 from the level above
    (reused data inside a run of the stack: spared when the run goes in); the rest from the L2 */
 #define SPARED(p) ((p) % 64 == 5)
+/* `fixed`: each of the stream's last TAIL_PAGES comes from memory one time in three, else from
+   the L3: candidates still, page by page too (never "reused"), at the stack's bottom, so left
+   out of the half confined.  Moved into the buffer's colours first (a victim's pages lying there
+   read from beyond the L2 like the stream), they must leave them once the buffer is settled */
+#define TAIL_PAGES 64
+static bool tail_low;
+static _Atomic(unsigned) tail_reloads[TAIL_PAGES];
 static int stream_level = 4;
 static int scripted_level(uintptr_t page) {
   if (page < (uintptr_t)stream_lo || page >= (uintptr_t)stream_lo + STREAM_PAGES * 4096) return 2;
-  return SPARED((page - (uintptr_t)stream_lo) / 4096) ? stream_level - 1 : stream_level;
+  uintptr_t p = (page - (uintptr_t)stream_lo) / 4096;
+  if (tail_low && p >= STREAM_PAGES - TAIL_PAGES)
+    return atomic_fetch_add(&tail_reloads[p - (STREAM_PAGES - TAIL_PAGES)], 1) % 3 == 0 ? stream_level : stream_level - 1;
+  return SPARED(p) ? stream_level - 1 : stream_level;
+}
+
+/* pages of [p, p + n pages) in the buffer's colours (the first 1/rocs_buffer) */
+static int in_buffer(const uint8_t* p, int n) {
+  int buffer = chromalloc_colour_count() / (int)chromalloc_option("rocs_buffer"), in = 0;
+  for (int i = 0; i < n; i++) {
+    int c = chromalloc_colour_of(p + (size_t)i * 4096);
+    in += c >= 0 && c < buffer;
+  }
+  return in;
 }
 
 /* a writer meanwhile: a count in every stream page, each write checked at the next (a move that
@@ -186,6 +209,7 @@ static void mechanism(int mode) {
   static char buf[1 << 16];
   _ca_rocs_test_level(scripted_level);
   _ca_rocs_test_no_laps(mode == UNSCORED);
+  tail_low = mode == FIXED;
   atomic_store(&lap_scored, mode == LAP);
   uint8_t* block = malloc((STREAM_PAGES + REUSED_PAGES + 1) * 4096);
   void* volatile cold = malloc(8u << 20);               /* profiled too, never touched: not waited for */
@@ -195,7 +219,8 @@ static void mechanism(int mode) {
   for (uint32_t p = 0; p < STREAM_PAGES; p += 3) *(uint64_t*)(stream_lo + (size_t)p * 4096 + 2048) = 0;
   pthread_t wt;
   pthread_create(&wt, NULL, writer, NULL);
-  int colours_before[REUSED_PAGES];
+  int colours_before[REUSED_PAGES], tail_before = -1;
+  uint8_t* tail = stream_lo + (STREAM_PAGES - TAIL_PAGES) * 4096;
   bool settled = false, intact = true, known = false, slowed = false;
   uint64_t settled_at = 0;
   long laps = 0;
@@ -212,6 +237,11 @@ static void mechanism(int mode) {
     else if (in < 32)
       for (uint64_t until = now_ns() + 12000000u; now_ns() < until; ) {}
     if (!known && chromalloc_colour_count() > 0 && chromalloc_colour_of(reused) >= 0) {   /* once the colours are */
+      if (mode == FIXED && tail_before < 0) {
+        int id = chromalloc_colours(0, 0, 1, (unsigned)chromalloc_option("rocs_buffer"));
+        if (id > 0 && chromalloc_colours_prepare(id, TAIL_PAGES * 4096, 10000) == 0) chromalloc_recolour(tail, TAIL_PAGES * 4096, id);
+        tail_before = in_buffer(tail, TAIL_PAGES);
+      }
       for (int i = 0; i < REUSED_PAGES; i++) colours_before[i] = chromalloc_colour_of(reused + (size_t)i * 4096);
       known = strstr((chromalloc_stats_json(buf, sizeof buf), buf), "\"moved_in\":0,") != NULL;      /* before any move */
     }
@@ -222,7 +252,8 @@ static void mechanism(int mode) {
     if (mode == UNSCORED) { settled = stat_of(buf, "searches_unscored") >= 2; continue; }
     settled = strstr(buf, "\"rocs\":{\"state\":\"settled\"") != NULL &&
               stat_of(buf, "runs_in_buffer") == stat_of(buf, "chosen_runs") &&   /* its moves done too */
-              (mode == LOSS || stat_of(buf, "reused_moved_out") >= REUSED_PAGES * 3 / 4);   /* and the reused part's */
+              (mode == LOSS || stat_of(buf, "reused_moved_out") >= REUSED_PAGES * 3 / 4) &&  /* and the reused part's */
+              (mode != FIXED || stat_of(buf, "left_out_moved") >= TAIL_PAGES);            /* and the stack's bottom */
     /* slower once the settled score has its reference (the median of its first three) */
     if (mode == RECHECK && settled && !slowed) { slowed = settled_at != 0 && now_ns() > settled_at + 500000000u; settled_at += settled_at == 0 ? now_ns() : 0; settled = false; }
     if (slowed) settled = settled && stat_of(buf, "phase_rechecks") >= 1;
@@ -292,9 +323,14 @@ static void mechanism(int mode) {
           mode == GAIN ? "gain" : mode == LOSS ? "loss" : mode == LAP ? "lap" : mode == RECHECK ? "recheck" : "fixed", runs, chosen, confined, STREAM_PAGES, buffer, colours, laps,
           guarded, reused_in, moved_reused);
   CHECK(known);
-  /* the reused pages are never confined; while anything is, they move out of the buffer's colours */
-  CHECK(guarded >= 0 && guarded <= REUSED_PAGES + STREAM_PAGES / 64);   /* the reused part, the stream's L3 pages */
-  if (mode != LOSS) CHECK(guarded >= REUSED_PAGES * 3 / 4 && reused_in <= REUSED_PAGES + STREAM_PAGES / 64 - guarded);
+  /* the reused pages are never confined; while anything is, they move out of the buffer's colours,
+     and once settled so do the runs left out */
+  long left_out = stat_of(buf, "left_out_moved");
+  CHECK(left_out >= 0 && left_out <= (runs - chosen) * (long)run);
+  long reusable = REUSED_PAGES + STREAM_PAGES / 64 + (mode == FIXED ? TAIL_PAGES : 0) + left_out;   /* the reused part, the
+                                             stream's L3 pages, the bottom's pages whose reloads were the L3's most */
+  CHECK(guarded >= 0 && guarded <= reusable);
+  if (mode != LOSS) CHECK(guarded >= REUSED_PAGES * 3 / 4 && reused_in <= reusable - guarded);
   /* the stream's L3 pages were not moved in with their runs (spared once profiled) */
   if (mode == GAIN) CHECK(stat_of(buf, "reused_spared") > 0);   /* their runs are the stack's last */
   if (spared_in > 2) fprintf(stderr, "%d of the stream's L3 pages in the buffer's colours\n", spared_in);
@@ -304,6 +340,11 @@ static void mechanism(int mode) {
     CHECK_EQ(chosen, runs * 50 / 100);
     CHECK_EQ(stat_of(buf, "moved_out"), 0);
     CHECK(confined >= chosen * (long)run * 95 / 100 && confined <= (chosen * (long)run + STREAM_PAGES / 4));
+    int tail_after = in_buffer(tail, TAIL_PAGES);
+    fprintf(stderr, "fixed: the stack's bottom %d pages: %d in the buffer's colours before, %d after; %ld pages of runs left out moved\n",
+            TAIL_PAGES, tail_before, tail_after, left_out);
+    CHECK_EQ(tail_before, TAIL_PAGES);
+    CHECK(tail_after <= 1);       /* the last page's run may hold the reused part's first: no candidate */
   } else if (mode == LAP) {                                /* any k of half the stack or more is as fast */
     CHECK(chosen >= runs / 2);
     if (chosen < runs / 2) fprintf(stderr, "lap: %s\n", strstr(buf, "\"rocs\":{") ? strstr(buf, "\"rocs\":{") : buf);
