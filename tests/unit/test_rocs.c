@@ -17,7 +17,7 @@
       stream in the buffer's share (rocs_l3=auto): as `gain`.  `l3small`: the same pages beside a
       32 MiB L3 (the buffer's share 2 MiB): the profile finds no candidate, nothing moves.
       `unscored`: as `lap`, but with no lap page (a test hook) and no progress calls: nothing to
-      score a search by, so none is run and nothing moves. */
+      score a search by, so none is run and nothing moves.  `recheck`, `burst`: see RECHECK, BURST. */
 #include "check.h"
 #include "../../src/policy/rocs.h"
 #include <pthread.h>
@@ -33,6 +33,7 @@ extern void chromalloc_progress(unsigned long units) __attribute__((weak));
 void     _ca_rocs_test_level(int (*fn)(uintptr_t page));   /* rocs.c, test builds */
 void     _ca_rocs_test_no_laps(bool on);
 bool     _ca_rocs_test_profiling(void);
+bool     _ca_rocs_test_rechecking(void);
 uint32_t _ca_rocs_test_in(void);
 
 static void pieces(void) {
@@ -202,8 +203,11 @@ static long stat_of(const char* buf, const char* name) {
    pages' waits, each lap 12 ms longer while fewer than half the stack's runs are in the buffer
    (40x: no host's noise turns that round); the writer stops once the profile is done.  RECHECK:
    the gain, then every lap's progress 16x less whatever the buffer holds (a slower host): the
-   settled score moves as in a new phase, k = 0 scored beside it is still worse, the buffer stays */
-enum { GAIN, LOSS, FIXED, L3SMALL, LAP, UNSCORED, RECHECK };
+   settled score moves as in a new phase, k = 0 scored beside it is still worse, the buffer stays.
+   BURST: the gain, then a burst of laps 2^20 times slower (below k = 0's) that ends as the
+   recheck begins: k = 0 beats the score that looked off, the settled k scored again beats
+   k = 0, the buffer stays */
+enum { GAIN, LOSS, FIXED, L3SMALL, LAP, UNSCORED, RECHECK, BURST };
 static void mechanism(int mode) {
   bool gain = mode != LOSS;
   static char buf[1 << 16];
@@ -221,7 +225,7 @@ static void mechanism(int mode) {
   pthread_create(&wt, NULL, writer, NULL);
   int colours_before[REUSED_PAGES], tail_before = -1;
   uint8_t* tail = stream_lo + (STREAM_PAGES - TAIL_PAGES) * 4096;
-  bool settled = false, intact = true, known = false, slowed = false;
+  bool settled = false, intact = true, known = false, slowed = false, burst_over = false;
   uint64_t settled_at = 0;
   long laps = 0;
   for (uint64_t t0 = now_ns(), look = t0; now_ns() - t0 < 90000000000ull && !settled; laps++) {
@@ -233,7 +237,9 @@ static void mechanism(int mode) {
     /* doubling every 4 runs: a step of the search is worth 2x, more than a busy host's noise
        on lap times (a linear curve, 1.3x from 48 to 64 runs, chose 48 beside other tests) */
     uint32_t k = in < 64 ? in : 64;
-    if (mode != LAP && mode != UNSCORED) chromalloc_progress((1000ul << (gain ? k / 4 : (64 - k) / 4)) >> (slowed ? 4 : 0));
+    burst_over |= mode == BURST && slowed && _ca_rocs_test_rechecking();
+    unsigned shift = !slowed ? 0 : mode == RECHECK ? 4 : burst_over ? 0 : 20;
+    if (mode != LAP && mode != UNSCORED) chromalloc_progress((1000ul << (gain ? k / 4 : (64 - k) / 4)) >> shift);
     else if (in < 32)
       for (uint64_t until = now_ns() + 12000000u; now_ns() < until; ) {}
     if (!known && chromalloc_colour_count() > 0 && chromalloc_colour_of(reused) >= 0) {   /* once the colours are */
@@ -255,7 +261,7 @@ static void mechanism(int mode) {
               (mode == LOSS || stat_of(buf, "reused_moved_out") >= REUSED_PAGES * 3 / 4) &&  /* and the reused part's */
               (mode != FIXED || stat_of(buf, "left_out_moved") >= TAIL_PAGES);            /* and the stack's bottom */
     /* slower once the settled score has its reference (the median of its first three) */
-    if (mode == RECHECK && settled && !slowed) { slowed = settled_at != 0 && now_ns() > settled_at + 500000000u; settled_at += settled_at == 0 ? now_ns() : 0; settled = false; }
+    if ((mode == RECHECK || mode == BURST) && settled && !slowed) { slowed = settled_at != 0 && now_ns() > settled_at + 500000000u; settled_at += settled_at == 0 ? now_ns() : 0; settled = false; }
     if (slowed) settled = settled && stat_of(buf, "phase_rechecks") >= 1;
   }
   atomic_store(&stop_writer, true);
@@ -320,7 +326,7 @@ static void mechanism(int mode) {
   long guarded = stat_of(buf, "reused_moved_out");
   fprintf(stderr, "%s: stack %ld runs, chosen %ld, %d of %d stream pages in the buffer's %d colours (of %d), %ld laps; "
           "reused pages: %ld moved out, %d in the buffer's colours, %d of another colour\n",
-          mode == GAIN ? "gain" : mode == LOSS ? "loss" : mode == LAP ? "lap" : mode == RECHECK ? "recheck" : "fixed", runs, chosen, confined, STREAM_PAGES, buffer, colours, laps,
+          mode == GAIN ? "gain" : mode == LOSS ? "loss" : mode == LAP ? "lap" : mode == RECHECK ? "recheck" : mode == BURST ? "burst" : "fixed", runs, chosen, confined, STREAM_PAGES, buffer, colours, laps,
           guarded, reused_in, moved_reused);
   CHECK(known);
   /* the reused pages are never confined; while anything is, they move out of the buffer's colours,
@@ -350,7 +356,7 @@ static void mechanism(int mode) {
     if (chosen < runs / 2) fprintf(stderr, "lap: %s\n", strstr(buf, "\"rocs\":{") ? strstr(buf, "\"rocs\":{") : buf);
     CHECK(confined >= chosen * (long)run * 95 / 100);
   } else if (gain) {
-    if (mode == RECHECK) CHECK_EQ(stat_of(buf, "phase_changes"), 0);   /* the buffer held: no new profile */
+    if (mode == RECHECK || mode == BURST) CHECK_EQ(stat_of(buf, "phase_changes"), 0);   /* the buffer held: no new profile */
     CHECK_EQ(chosen, runs);
     CHECK(confined >= chosen * (long)run * 95 / 100);
   } else {
@@ -368,6 +374,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && strncmp(argv[1], "l3", 2) == 0) stream_level = 3;
   if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0 || strcmp(argv[1], "l3") == 0 ? GAIN : strcmp(argv[1], "loss") == 0 ? LOSS
                           : strcmp(argv[1], "l3small") == 0 ? L3SMALL : strcmp(argv[1], "lap") == 0 ? LAP
-                          : strcmp(argv[1], "unscored") == 0 ? UNSCORED : strcmp(argv[1], "recheck") == 0 ? RECHECK : FIXED);
+                          : strcmp(argv[1], "unscored") == 0 ? UNSCORED : strcmp(argv[1], "recheck") == 0 ? RECHECK
+                          : strcmp(argv[1], "burst") == 0 ? BURST : FIXED);
   return check_done("rocs");
 }
