@@ -339,8 +339,13 @@ static void mechanism(int mode) {
   if (mode != LOSS) CHECK(guarded >= REUSED_PAGES * 3 / 4 && reused_in <= reusable - guarded);
   /* the stream's L3 pages were not moved in with their runs (spared once profiled) */
   if (mode == GAIN) CHECK(stat_of(buf, "reused_spared") > 0);   /* their runs are the stack's last */
+  /* a page trapped three times or fewer goes in with its run; under the lap score the laps are
+     12 ms long while fewer than half the runs are in, so fewer pages are profiled by then: 3-6
+     of the 16 went in with all the runs in about 1 run of this test in 8, as often before the
+     left-out runs and the recheck's second score as after */
+  int spared_max = mode == LAP ? STREAM_PAGES / 64 / 2 : 2;
   if (spared_in > 2) fprintf(stderr, "%d of the stream's L3 pages in the buffer's colours\n", spared_in);
-  CHECK(spared_in <= 2);
+  CHECK(spared_in <= spared_max);
   if (mode == FIXED) {                                     /* half the stack, as set, without a search */
     CHECK_EQ(stat_of(buf, "searches"), 0);
     CHECK_EQ(chosen, runs * 50 / 100);
