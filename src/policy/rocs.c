@@ -319,7 +319,7 @@ static bool guard(void) {
   uint32_t max = (uint32_t)(opt[R_OPT_BUDGET] < 512 ? opt[R_OPT_BUDGET] : 512);
   if (R.in == 0 || R.guarded >= cap) return false;
   uint32_t n = _ca_hot_rocs_reused(pages, max);
-  bool tail = n == 0 && R.state == ST_SETTLED && R.tail > R.chosen && R.tail > R.in;
+  bool tail = n == 0 && R.state == ST_SETTLED && R.tail > R.chosen;   /* settled: R.in == R.chosen */
   for (uint32_t p = 0; tail && p < R.stack[R.tail - 1].pages && n < max; p++)    /* a run a window */
     pages[n++] = R.stack[R.tail - 1].page + (size_t)p * CA_OS_PAGE;
   bool any = false;
