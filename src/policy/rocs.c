@@ -29,9 +29,10 @@
                moved into the buffer (the colour layer's moves, at most rocs_budget pages a
                window), each configuration scored over rocs_step windows once its moves are
                done (a page of a run whose own reloads are not memory's is spared); the
-               best k stays, unless it beats k = 0 by less than rocs_margin %, or its two scores
-               do not both beat k = 0's two by that (the confirmation: the best scored again in
-               place, then k = 0 again), and the runs above it move back out.  rocs_fixed=P
+               best k stays, unless it beats k = 0 by less than rocs_margin %, or fails the
+               confirmation (best, k = 0, best, k = 0: each of its scores must beat the k = 0
+               ones beside it by that, in one of two rounds), and the runs above it move back
+               out.  rocs_fixed=P
                confines the top P% without a search (points of a sweep by hand, to check the
                search against).
      victims   while anything is in the buffer, the same objects' pages reused through the
@@ -158,27 +159,26 @@ static bool beats(double a, double b, double margin) { return a - b >= (b < 0 ? 
 
 uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
   if (s->done) return s->best_k;
-  if (s->confirming) {                  /* the best scored again where it is, then k = 0 again */
-    if (s->k != 0) { s->again = score; s->k = 0; return 0; }
-    double lo = s->again < s->best ? s->again : s->best, hi = score > s->base ? score : s->base;
+  if (s->confirm > 0) {                 /* the best (odd scores) and k = 0 (even) in turn */
+    uint32_t i = s->confirm++;
+    bool holds = i == 1 || (i % 2 ? beats(score, s->pair[i - 2], s->margin) : beats(s->pair[i - 2], score, s->margin));
+    if (i < 4) s->pair[i - 1] = score;
+    if (!holds && s->rounds++ == 0) { s->confirm = 1; return s->k = s->best_k; }   /* one round more */
+    if (holds && i < 4) return s->k = i % 2 ? 0 : s->best_k;
     s->done = true;
-    s->k = s->best_k = beats(lo, hi, s->margin) ? s->best_k : 0;
-    return s->k;
+    return s->k = s->best_k = holds ? s->best_k : 0;
   }
   if (s->steps++ == 0) { s->base = s->best = score; s->best_k = 0; }
   else if (score > s->best) { s->best = score; s->best_k = s->k; }
-  /* a third below a best that beat k = 0: what is still out is the victim's side of the stack */
-  bool fallen = s->best_k != 0 && beats(s->best, s->base, s->margin) && beats(s->best, score, 1.0 / 3);
+  bool fallen = s->best_k != 0 && beats(s->best, s->base, s->margin) && beats(s->base, score, 1.0 / 3);
   if (s->k < s->size && !fallen) {
     s->k = s->size - s->k > s->step ? s->k + s->step : s->size;
     return s->k;
   }
-  /* better than k = 0 by the margin, then confirmed; else nothing */
   if (s->best_k != 0 && !beats(s->best, s->base, s->margin)) s->best_k = 0;
-  s->confirming = s->best_k != 0;
-  s->done = !s->confirming;
-  s->k = s->best_k;
-  return s->k;
+  s->confirm = s->best_k != 0;
+  s->done = !s->confirm;
+  return s->k = s->best_k;
 }
 
 bool _ca_rocs_phase(ca_rocs_phase_t* p, double score, double tol, uint32_t lasting) {

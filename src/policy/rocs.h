@@ -44,18 +44,20 @@ static inline bool _ca_rocs_l3_fits(size_t bytes, size_t l3, uint32_t buffer) {
 
 /* The search (the paper's Algorithm 1): the top k pages of a stack of `size` go to the buffer,
    k = 0, step, 2 step ... size, each configuration scored (higher is better) by the caller, until
-   one scores a third below a best that beat k = 0 (the stack's tail is the victim beside the
-   stream: art4's victim, confined, doubled the lap time, and the confirmation's best just after
-   read worse); then the best, unless it beats k = 0 by less than `margin` (a fraction): k = 0.
-   A best is then confirmed: scored again where it is, then k = 0 again, and kept only if the
-   worse of its two scores beats the better of k = 0's by the margin (the best of a sweep of
-   noisy scores is the luckiest: under the lap stand-in, whose scores moved 20% at a fixed k,
-   the 8 MiB reuse adversary kept 17-129 runs of its stack and lost 2.7%).  Only a best that
-   holds moves in again. */
+   one scores a third below both k = 0 and a best that beat k = 0 (the stack's tail is the victim
+   beside the stream: art4's victim, confined, doubled the lap time; below the best alone was one
+   slow reading as often: art4 ended a sweep at 30 of 75 runs after a lucky 10, and kept 10).
+   A best that beats k = 0 by `margin` (a fraction) is then confirmed in pairs taken next to each
+   other: best, k = 0, best, k = 0, and kept only if each of its two scores beats the k = 0 scores
+   beside it by the margin (the best of a sweep of noisy scores is the luckiest, and scores
+   seconds apart move with the host: the lap stand-in's moved 20-25% at a fixed k; a trend alone
+   cannot pass both sides).  A round that fails is run once more: one lucky k = 0 or one slow
+   best spoils a round (art4 lost its gain so in 1 search of 8).  Else k = 0. */
 typedef struct ca_rocs_search_s {
   uint32_t size, step, k, best_k, steps;
-  double best, base, again, margin;
-  bool confirming, done;
+  uint32_t confirm, rounds;         /* scores of the round taken (best, 0, best, 0); rounds failed */
+  double best, base, margin, pair[3];
+  bool done;
 } ca_rocs_search_t;
 void     _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, double margin);
 /* the score of the configuration measured (k = s->k); returns the k to set up next (s->done:
