@@ -25,7 +25,7 @@
                buffer's share of the L3 (a 4 MiB stream beside a 260 MiB L3), rocs_l3=1 always.
                Pages spared going in and victims moved away are those not candidates by the same
                rule (_ca_rocs_key).
-     search    the paper's Algorithm 1: k = 0, then the top step, 2 step ... runs of the stack
+     search    the paper's Algorithm 1: k = 0 (twice), then the top step, 2 step ... runs of the stack
                moved into the buffer (the colour layer's moves, at most rocs_budget pages a
                window), each configuration scored over rocs_step windows once its moves are
                done (a page of a run whose own reloads are not memory's is spared); the
@@ -168,7 +168,8 @@ uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
     s->done = true;
     return s->k = s->best_k = holds ? s->best_k : 0;
   }
-  if (s->steps++ == 0) { s->base = s->best = score; s->best_k = 0; }
+  if (s->steps++ == 0) { s->base = score; return 0; }       /* k = 0 twice: every step is judged by it */
+  if (s->steps == 2) { s->base = s->best = (s->base + score) / 2; s->best_k = 0; }
   else if (score > s->best) { s->best = score; s->best_k = s->k; }
   bool fallen = s->best_k != 0 && beats(s->best, s->base, s->margin) && beats(s->base, score, 1.0 / 3);
   if (s->k < s->size && !fallen) {

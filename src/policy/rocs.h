@@ -43,7 +43,8 @@ static inline bool _ca_rocs_l3_fits(size_t bytes, size_t l3, uint32_t buffer) {
 }
 
 /* The search (the paper's Algorithm 1): the top k pages of a stack of `size` go to the buffer,
-   k = 0, step, 2 step ... size, each configuration scored (higher is better) by the caller, until
+   k = 0 (scored twice, their mean: a lucky first score alone left art4's sweep nothing to keep),
+   step, 2 step ... size, each configuration scored (higher is better) by the caller, until
    one scores a third below both k = 0 and a best that beat k = 0 (the stack's tail is the victim
    beside the stream: art4's victim, confined, doubled the lap time; below the best alone was one
    slow reading as often: art4 ended a sweep at 30 of 75 runs after a lucky 10, and kept 10).
