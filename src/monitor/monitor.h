@@ -67,7 +67,7 @@ int    _ca_monitor_reload(const void* page, unsigned line, uint32_t* ticks);
 void   _ca_monitor_measure(void);
 /* the reload's thresholds (pure): the L2's from its reading and the L3's fastest and median, memory's
    from the L3's fastest and flushed lines' */
-uint32_t _ca_monitor_l2_threshold(uint32_t hit, uint32_t l3_low, uint32_t l3);
+uint32_t _ca_monitor_l2_threshold(uint32_t hit, uint32_t l3_low);
 uint32_t _ca_monitor_mem_threshold(uint32_t l3_low, uint32_t mem);
 bool   _ca_monitor_covers(uintptr_t a);             /* a lies in a chunk being sampled (no lock) */
 uint32_t _ca_monitor_samples(size_t pages);         /* pages sampled for a chunk of `pages` */

@@ -45,9 +45,11 @@ static void test_thresholds(void) {
   CHECK(xeon > 820 && xeon < 1400);
   CHECK_EQ(_ca_monitor_mem_threshold(1100, 2000), 0);            /* not apart */
   CHECK_EQ(_ca_monitor_mem_threshold(0, 2000), 0);               /* no reading */
-  uint32_t l2 = _ca_monitor_l2_threshold(196, 532, 650);         /* Xeon: the L2's pages 130-240, the L3's 360-820 */
+  uint32_t l2 = _ca_monitor_l2_threshold(196, 532);         /* Xeon: the L2's pages 130-240, the L3's 360-820 */
   CHECK(l2 > 240 && l2 < 360);
-  CHECK_EQ(_ca_monitor_l2_threshold(196, 200, 220), 0);          /* not apart */
+  CHECK_EQ(_ca_monitor_l2_threshold(196, 200), 0);               /* not apart */
+  CHECK_EQ(_ca_monitor_l2_threshold(618, 644), 0);               /* a loud moment: the L3's median (792) alone was apart */
+  CHECK(_ca_monitor_l2_threshold(170, 240) > 170);               /* Zen 4, quiet: the L3 at 1.4x the L2 */
 }
 
 static ca_monitor_result_t verdict(bool polluter, uint32_t hits, uint32_t misses) {
