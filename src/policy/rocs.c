@@ -207,6 +207,7 @@ void     _ca_rocs_test_level(int (*fn)(uintptr_t page)) { test_level = fn; }
 uint32_t _ca_rocs_test_in(void) { return R.in; }
 bool     _ca_rocs_test_profiling(void) { return R.state == ST_PROFILE; }
 bool     _ca_rocs_test_rechecking(void) { return R.state == ST_RECHECK; }
+bool     _ca_rocs_test_referenced(void) { return R.state == ST_SETTLED && R.phase.n >= 3; }
 void     _ca_rocs_test_no_laps(bool on) { test_no_laps = on; }
 #endif
 
