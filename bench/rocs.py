@@ -26,6 +26,7 @@ Configurations:
                      (both with rocs_l3=auto: pages reused through the L3 join the stack where
                      the buffer's share of the L3 holds them all)
   colour-rocs-l3     the same with rocs_l3=1: pages reused through the L3 always join the stack
+  colour-rocs-8      colour-rocs with a buffer of 1/8 of the colours (rocs_buffer=8; 1/16 by default)
   split              colour, the stream moved into the first 1/16 of the colours by hand before
                      the laps (artlike --split): the pollute buffer ROCS would build, placed at once
   (nostream and split are artlike's only.)
@@ -65,7 +66,8 @@ ROCSKERN = BUILD / "rocskern"
 KERNELS = ["cg", "swim", "reuse", "chase"]
 ARTONLY = ("nostream", "split")
 COLOUR = ROOT / "build" / "libchromalloc-colour.so"
-CONFIGS = ["glibc", "mimalloc", "nostream", "colour", "colour-rocs", "colour-rocs-progress", "colour-rocs-l3", "split"]
+CONFIGS = ["glibc", "mimalloc", "nostream", "colour", "colour-rocs", "colour-rocs-progress", "colour-rocs-l3", "colour-rocs-8",
+           "split"]
 say = harness.say
 
 
@@ -90,6 +92,7 @@ def config_table(work, sweep):
         "colour-rocs": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS=search), []),
         "colour-rocs-progress": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS=search), ["--progress"]),
         "colour-rocs-l3": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS=search + ",rocs_l3=1"), ["--progress"]),
+        "colour-rocs-8": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS=search + ",rocs_buffer=8"), []),
         "split": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS=fast), ["--split"]),
         **{f"rocs-fixed-{p}": (str(COLOUR), dict(files, CHROMALLOC_OPTIONS=search + f",rocs_fixed={p}"), ["--progress"])
            for p in sweep},
@@ -230,7 +233,7 @@ def main():
                 f"{fmt(e['chosen_runs'], '.0f'):>14} {fmt(e['moved_in'], '.0f'):>16} {fmt(e['worker_cpu_ms'], '.0f'):>18} "
                 f"{fmt(e['stall_corr'], '.2f'):>20} {fmt(e['lap_corr'], '.2f'):>20} {e['failed']}")
     get = lambda w, name, k: next((e[k][0] for e in summary if e["workload"] == w and e["config"] == name and e[k][0] is not None), None)
-    targets, searches = [], ("colour-rocs", "colour-rocs-progress", "colour-rocs-l3")
+    targets, searches = [], ("colour-rocs", "colour-rocs-progress", "colour-rocs-l3", "colour-rocs-8")
     for w, program, _ in args.workloads:
         base = get(w, "nostream", "chase_ns")
         for name in searches:
