@@ -93,6 +93,7 @@ def suite(build):
     add("rocs-unscored", [exe("rocs", "internal"), "unscored"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-recheck", [exe("rocs", "internal"), "recheck"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-burst", [exe("rocs", "internal"), "burst"], {"CHROMALLOC_OPTIONS": rocs})
+    add("rocs-alone", [exe("rocs", "internal"), "alone"], {"CHROMALLOC_OPTIONS": rocs})
     add("rocs-fixed", [exe("rocs", "internal"), "fixed"], {"CHROMALLOC_OPTIONS": rocs + ",rocs_fixed=50"})
     # a stream the L3 holds: confined where the buffer's share of the L3 holds it too, else left
     add("rocs-l3", [exe("rocs", "internal"), "l3"], {"CHROMALLOC_OPTIONS": rocs},

@@ -195,11 +195,13 @@ static uint8_t* stream_lo;
    out of the half confined.  Moved into the buffer's colours first (a victim's pages lying there
    read from beyond the L2 like the stream), they must leave them once the buffer is settled */
 #define TAIL_PAGES 64
-static bool tail_low;
+static bool tail_low, all_stream;       /* all_stream: the reused part's pages come from memory too */
 static _Atomic(unsigned) tail_reloads[TAIL_PAGES];
 static int stream_level = 4;
 static int scripted_level(uintptr_t page) {
-  if (page < (uintptr_t)stream_lo || page >= (uintptr_t)stream_lo + STREAM_PAGES * 4096) return 2;
+  if (page < (uintptr_t)stream_lo || page >= (uintptr_t)stream_lo + (all_stream ? STREAM_PAGES + REUSED_PAGES : STREAM_PAGES) * 4096)
+    return 2;
+  if (all_stream) return stream_level;
   uintptr_t p = (page - (uintptr_t)stream_lo) / 4096;
   if (tail_low && p >= STREAM_PAGES - TAIL_PAGES)
     return atomic_fetch_add(&tail_reloads[p - (STREAM_PAGES - TAIL_PAGES)], 1) % 3 == 0 ? stream_level : stream_level - 1;
@@ -253,14 +255,17 @@ static long stat_of(const char* buf, const char* name) {
    settled score moves as in a new phase, k = 0 scored beside it is still worse, the buffer stays.
    BURST: the gain, then a burst of laps 2^20 times slower (below k = 0's) that ends as the
    recheck begins: k = 0 beats the score that looked off, the settled k scored again beats
-   k = 0, the buffer stays */
-enum { GAIN, LOSS, FIXED, L3SMALL, LAP, UNSCORED, RECHECK, BURST };
+   k = 0, the buffer stays.  ALONE: progress only while nothing is in the buffer: every
+   configuration with runs in it must read none, i.e. none is scored over a window of the one
+   before (each step's first window ran the previous one when the measure began before the moves) */
+enum { GAIN, LOSS, FIXED, L3SMALL, LAP, UNSCORED, RECHECK, BURST, ALONE };
 static void mechanism(int mode) {
   bool gain = mode != LOSS;
   static char buf[1 << 16];
   _ca_rocs_test_level(scripted_level);
   _ca_rocs_test_no_laps(mode == UNSCORED);
   tail_low = mode == FIXED;
+  all_stream = mode == ALONE;      /* nothing reused: no victim moved away, whose moves would start a measure again */
   atomic_store(&lap_scored, mode == LAP);
   uint8_t* block = malloc((STREAM_PAGES + REUSED_PAGES + 1) * 4096);
   void* volatile cold = malloc(8u << 20);               /* profiled too, never touched: not waited for */
@@ -285,10 +290,15 @@ static void mechanism(int mode) {
     uint32_t k = in < 64 ? in : 64;
     burst_over |= mode == BURST && slowed && _ca_rocs_test_rechecking();
     unsigned shift = !slowed ? 0 : mode == RECHECK ? 4 : burst_over ? 0 : 20;
-    if (mode != LAP && mode != UNSCORED) chromalloc_progress((1000ul << (gain ? k / 4 : (64 - k) / 4)) >> shift);
+    if (mode == ALONE) { if (in == 0) chromalloc_progress(1000); }
+    else if (mode != LAP && mode != UNSCORED) chromalloc_progress((1000ul << (gain ? k / 4 : (64 - k) / 4)) >> shift);
     else if (in < 32)
       for (uint64_t until = now_ns() + 12000000u; now_ns() < until; ) {}
     if (!known && chromalloc_colour_count() > 0 && chromalloc_colour_of(reused) >= 0) {   /* once the colours are */
+      if (mode == ALONE && tail_before < 0) {          /* every step's frames at hand: its moves take one window */
+        int id = chromalloc_colours(0, 0, 1, (unsigned)chromalloc_option("rocs_buffer"));
+        tail_before = id > 0 && chromalloc_colours_prepare(id, (STREAM_PAGES + REUSED_PAGES) * 4096, 10000) == 0;
+      }
       if (mode == FIXED && tail_before < 0) {
         int id = chromalloc_colours(0, 0, 1, (unsigned)chromalloc_option("rocs_buffer"));
         if (id > 0 && chromalloc_colours_prepare(id, TAIL_PAGES * 4096, 10000) == 0) chromalloc_recolour(tail, TAIL_PAGES * 4096, id);
@@ -302,6 +312,10 @@ static void mechanism(int mode) {
     chromalloc_stats_json(buf, sizeof buf);
     if (mode == L3SMALL) { settled = stat_of(buf, "profiles") >= 2; continue; }   /* profiled twice, found nothing */
     if (mode == UNSCORED) { settled = stat_of(buf, "searches_unscored") >= 2; continue; }
+    if (mode == ALONE) {
+      settled = strstr(buf, "\"rocs\":{\"state\":\"settled\"") != NULL && stat_of(buf, "runs_in_buffer") == 0;
+      continue;
+    }
     settled = strstr(buf, "\"rocs\":{\"state\":\"settled\"") != NULL &&
               stat_of(buf, "runs_in_buffer") == stat_of(buf, "chosen_runs") &&   /* its moves done too */
               (mode == LOSS || stat_of(buf, "reused_moved_out") >= REUSED_PAGES * 3 / 4) &&  /* and the reused part's */
@@ -340,6 +354,29 @@ static void mechanism(int mode) {
     CHECK_EQ(stat_of(buf, "buffer_colours"), 0);           /* no buffer set up, none stocked */
     CHECK_EQ(stat_of(buf, "windows_apart"), 4);
     CHECK(strstr(buf, "\"objective\":\"none\"") != NULL);
+    free(block);
+    free(cold);
+    return;
+  }
+  if (mode == ALONE) {
+    const char* at = strstr(buf, "\"scores\":[");
+    double zero = 0, others = 0;
+    int n = 0, tried = 0;
+    for (at = at ? at + strlen("\"scores\":[") : NULL; at != NULL && *at == '['; n++) {
+      unsigned k;
+      double progress;
+      if (sscanf(at, "[%u,%lf", &k, &progress) != 2) break;
+      if (k == 0 && progress > zero) zero = progress;
+      if (k != 0 && progress > others) others = progress;
+      tried += k != 0;
+      at = strchr(at, ']');
+      at = at ? at + 1 + (at[1] == ',') : NULL;
+    }
+    fprintf(stderr, "alone: %d scores, %d with runs in the buffer: their most progress %.0f, k = 0's %.0f a CPU second\n",
+            n, tried, others, zero);
+    CHECK(tried >= 2 && zero > 0);
+    CHECK(others * 10 < zero);                               /* a lap at most read `in` before the moves */
+    CHECK_EQ(stat_of(buf, "chosen_runs"), 0);
     free(block);
     free(cold);
     return;
@@ -427,6 +464,6 @@ int main(int argc, char** argv) {
   if (argc > 1) mechanism(strcmp(argv[1], "gain") == 0 || strcmp(argv[1], "l3") == 0 ? GAIN : strcmp(argv[1], "loss") == 0 ? LOSS
                           : strcmp(argv[1], "l3small") == 0 ? L3SMALL : strcmp(argv[1], "lap") == 0 ? LAP
                           : strcmp(argv[1], "unscored") == 0 ? UNSCORED : strcmp(argv[1], "recheck") == 0 ? RECHECK
-                          : strcmp(argv[1], "burst") == 0 ? BURST : FIXED);
+                          : strcmp(argv[1], "burst") == 0 ? BURST : strcmp(argv[1], "alone") == 0 ? ALONE : FIXED);
   return check_done("rocs");
 }
