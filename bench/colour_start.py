@@ -144,7 +144,7 @@ def launched(program, argv, preload, extra, work, key, stats):
     report = work / f"launch-{key}"
     if stats:
         env["CHROMALLOC_STATS"] = str(path)
-    cmd = [str(BUILD / "launch")] + (["-p", preload] if preload else []) + ["-w", str(harness.WASH_MIB), str(report), str(program)] + argv
+    cmd = harness.launch_cmd(preload, str(report), [str(program)] + argv, harness.WASH_MIB)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     out, err, rep, error = harness.wait_launched(p, 600, report)
     s = {}

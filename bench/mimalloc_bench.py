@@ -91,7 +91,7 @@ def build_suite(src):
 def run_one(alloc, name, spec, rep, timeout):
     binary, argv, stdin, metric = spec
     with tempfile.NamedTemporaryFile(prefix="mb-report-") as rf:
-        cmd = br.launch_cmd(alloc, rf.name, [str(OUT / binary)] + argv)
+        cmd = br.launch_cmd(alloc.preload, rf.name, [str(OUT / binary)] + argv)
         with open(stdin) if stdin else open(os.devnull) as f:
             p = subprocess.Popen(cmd, env=br.child_env(alloc), stdin=f, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=str(OUT))

@@ -245,7 +245,7 @@ def pv_argv(workload, extra):
 
 
 def start(br, cfg, argv, report, stats_path, cpu=None, wash_mib=0):
-    cmd = br.launch_cmd(cfg, report, argv, wash_mib)
+    cmd = br.launch_cmd(cfg.preload, report, argv, wash_mib)
     if cpu is not None:
         cmd = (["taskset", "-c", str(cpu)] + cmd) if shutil.which("taskset") else cmd
     pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None and not shutil.which("taskset") else None

@@ -188,10 +188,12 @@ def child_env(alloc):
 WASH_MIB = 512
 
 
-def launch_cmd(alloc, report, argv, wash_mib=0):
+def launch_cmd(preload, report, argv, wash_mib=0):
+    """build/bench/launch's command line: `preload` (None: the C library's malloc), free pages
+    washed first (MiB, 0: none), the report file, then the program and its arguments"""
     cmd = [str(BUILD / "launch")]
-    if alloc.preload:
-        cmd += ["-p", alloc.preload]
+    if preload:
+        cmd += ["-p", preload]
     if wash_mib:
         cmd += ["-w", str(wash_mib)]
     return cmd + [report] + argv
@@ -200,7 +202,7 @@ def launch_cmd(alloc, report, argv, wash_mib=0):
 def check_preload(alloc):
     """Returns None when malloc in a child really comes from the allocator, else the reason."""
     with tempfile.NamedTemporaryFile(prefix="bench-probe-") as rep:
-        r = subprocess.run(launch_cmd(alloc, rep.name, [str(BUILD / "probe")]),
+        r = subprocess.run(launch_cmd(alloc.preload, rep.name, [str(BUILD / "probe")]),
                            env=child_env(alloc), capture_output=True, text=True, timeout=60)
         report = Path(rep.name).read_text().split()
     where = r.stdout.strip()
@@ -332,7 +334,7 @@ def execute(alloc, bench, rep, argv, timeout, size=None):
     """Runs one benchmark process and checks its output; failures are reported loudly."""
     run = Run(bench, alloc.name, rep, size)
     with tempfile.NamedTemporaryFile(prefix="bench-report-") as rep_file:
-        cmd = launch_cmd(alloc, rep_file.name, [str(BUILD / bench)] + argv)
+        cmd = launch_cmd(alloc.preload, rep_file.name, [str(BUILD / bench)] + argv)
         p = subprocess.Popen(cmd, env=child_env(alloc), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
         out, err, report, run.error = wait_launched(p, timeout, rep_file.name)
