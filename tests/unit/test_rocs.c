@@ -377,6 +377,7 @@ static void mechanism(int mode) {
     CHECK(tried >= 2 && zero > 0);
     CHECK(others * 10 < zero);                               /* a lap at most read `in` before the moves */
     CHECK_EQ(stat_of(buf, "chosen_runs"), 0);
+    CHECK_EQ(stat_of(buf, "windows_apart"), 4);              /* it kept nothing: fewer windows */
     free(block);
     free(cold);
     return;
@@ -386,7 +387,7 @@ static void mechanism(int mode) {
   CHECK(stat_of(buf, "profiled_pct") >= 90);
   const char* measures = strstr(buf, "\"reload_measures\":");       /* measured again, the quietest kept */
   CHECK(measures != NULL && atol(measures + strlen("\"reload_measures\":")) >= 2);
-  CHECK_EQ(stat_of(buf, "windows_apart"), 1);              /* a search: windows every period */              /* of the runs touched: the cold block's are not */
+  CHECK_EQ(stat_of(buf, "windows_apart"), mode == LOSS ? 4 : 1);   /* windows every period, unless the search kept nothing */
   long runs = stat_of(buf, "stack_runs"), chosen = stat_of(buf, "chosen_runs");
   /* the stream (most of it: a run needs CA_ROCS_MIN_SAMPLES reloads in the profile), nothing else */
   uint32_t run = _ca_rocs_run(STREAM_PAGES + REUSED_PAGES + 1);
