@@ -153,7 +153,7 @@ bench-rocs: lib
 # victim from a streamed polluter (tools/demo_protect.py: a table and build/demo/protect.png).
 demo: lib
 	@echo "== the allocator: 256 blocks per size, distinct L1 sets and ns per step of an address-ordered chase"
-	@python3 bench/run.py index --reps 1 --step 496 --out $(BUILD)/demo \
+	@python3 bench/run.py index --reps 3 --step 496 --out $(BUILD)/demo \
 	  --allocators $$(python3 tools/demo_allocators.py) | sed -n '/^Index:/,$$p'
 	@echo
 	@echo "== the cache runtime: a victim chased while a polluter streams through the L2"
