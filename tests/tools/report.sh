@@ -8,7 +8,9 @@
 # failed and the sets dropped as duplicates (pv-packets-failed-at-stats.json), the judgements
 # that found the stock bad, by cause (pv-packets-suspected-stats.json); and a `bench/colour/vp.c`
 # run (vp-stats.json) the layer's start, where its sets came from and what it cost, and the
-# restrictive chunks NightWatch decided before the layer could serve them.
+# restrictive chunks NightWatch decided before the layer could serve them.  On an Intel Xeon:
+# an art4 process under ROCS (artlike-rocs-stats.json: its scores carry the lap time) and a
+# `bench/colour/lockhash.c` run under lock sets (lockhash-stats.json).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$("$HERE/../../tools/chromalloc" report "$HERE/pv-messages-stats.json")
@@ -47,5 +49,12 @@ expect "    start: asked for 200 ms into the run; sets from set file; sets ready
 expect "    worker: 0.33 s of CPU in all; 0 eviction-set builds, 0 failed"
 expect "    stocking: 10432 pages classified, 581 could not be told (partly of the slice), 13 batches dropped by their controls"
 expect "16067 restrictive (1879 of them ordinary memory: colours not ready or no stock)"
-[ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts and the NightWatch timeline"
+out=$("$HERE/../../tools/chromalloc" report "$HERE/artlike-rocs-stats.json")
+expect "  ROCS: settled, scored by lap time; reloads from the L2 6440, beyond it 30802, from memory 189"
+expect "    configurations scored (runs: progress per CPU s / mean reload ticks / lap us): 0: 0/468/397, 0: 0/486/491, 10: 0/542/433"
+grep -qF "  locksets:" <<<"$out" && { echo "FAIL chromalloc report: the lock sets' section printed raw while off"; fail=1; }
+out=$("$HERE/../../tools/chromalloc" report "$HERE/lockhash-stats.json")
+expect "  lock sets: nesting 2 deep watched (not seen); 0 touches lost, 0 sets untold (the table full)"
+expect "    0x1f1e (lockhash)                            deepest 1, 446 pages (0 touched nested), 6 over their colour's share, 8 moved, at most 3 on a colour"
+[ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts, the NightWatch timeline, ROCS and lock sets"
 exit $fail
