@@ -31,8 +31,8 @@
                done (a page of a run whose own reloads are not memory's is spared); the
                best k stays, unless it beats k = 0 by less than rocs_margin %, or fails the
                confirmation (best, k = 0, best, k = 0: each of its scores must beat the k = 0
-               ones beside it by that, in one of two rounds), and the runs above it move back
-               out.  rocs_fixed=P
+               ones beside it by that, in one of two rounds; one that fails gives way to the
+               sweep's next best, once), and the runs above it move back out.  rocs_fixed=P
                confines the top P% without a search (points of a sweep by hand, to check the
                search against).
      victims   while anything is in the buffer, the same objects' pages reused through the
@@ -78,7 +78,7 @@ static const ca_option_desc_t options[R_OPT_COUNT] = {
   [R_OPT_MIN]     = { "rocs_min", 1024, 64, 1048576, NULL, "KiB: large objects this big and bigger are profiled" },
   [R_OPT_PROFILE] = { "rocs_profile", 30, 1, 1000, NULL, "sampling windows of profile before a search" },
   [R_OPT_STEP]    = { "rocs_step", 4, 1, 100, NULL, "sampling windows each configuration of the search is scored over" },
-  [R_OPT_STEPS]   = { "rocs_steps", 8, 1, 64, NULL, "configurations the search tries beyond k = 0 (the stack in that many steps)" },
+  [R_OPT_STEPS]   = { "rocs_steps", 8, 1, CA_ROCS_STEPS_MAX, NULL, "configurations the search tries beyond k = 0 (the stack in that many steps)" },
   [R_OPT_BUDGET]  = { "rocs_budget", 512, 1, 65536, NULL, "pages moved into or out of the buffer per window at most" },
   [R_OPT_MARGIN]  = { "rocs_margin", 5, 0, 100, NULL, "percent the best configuration must beat k = 0 by to be kept" },
   [R_OPT_L3]      = { "rocs_l3", 2, 0, 2, l3_words,
@@ -158,6 +158,22 @@ void _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, d
 
 static bool beats(double a, double b, double margin) { return a - b >= (b < 0 ? -b : b) * margin; }
 
+/* the sweep's best step not confirmed yet that beat k = 0 by the margin (false: none, or enough
+   were tried) */
+static bool next_best(ca_rocs_search_t* s) {
+  for (uint32_t i = 0; i < s->swept; i++)
+    if (s->swept_k[i] == s->best_k) s->swept_k[i] = 0;      /* failed: no candidate again */
+  if (++s->candidates >= CA_ROCS_CANDIDATES) return false;
+  bool found = false;
+  for (uint32_t i = 0; i < s->swept; i++)
+    if (s->swept_k[i] != 0 && beats(s->swept_score[i], s->base, s->margin) && (!found || s->swept_score[i] > s->best)) {
+      s->best = s->swept_score[i];
+      s->best_k = s->swept_k[i];
+      found = true;
+    }
+  return found;
+}
+
 uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
   if (s->done) return s->best_k;
   if (s->confirm > 0) {                 /* the best (odd scores) and k = 0 (even) in turn */
@@ -166,12 +182,16 @@ uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
     if (i < 4) s->pair[i - 1] = score;
     if (!holds && s->rounds++ == 0) { s->confirm = 1; return s->k = s->best_k; }   /* one round more */
     if (holds && i < 4) return s->k = i % 2 ? 0 : s->best_k;
+    if (!holds && next_best(s)) { s->confirm = 1; s->rounds = 0; return s->k = s->best_k; }
     s->done = true;
     return s->k = s->best_k = holds ? s->best_k : 0;
   }
   if (s->steps++ == 0) { s->base = score; return 0; }       /* k = 0 twice: every step is judged by it */
   if (s->steps == 2) { s->base = s->best = (s->base + score) / 2; s->best_k = 0; }
-  else if (score > s->best) { s->best = score; s->best_k = s->k; }
+  else {
+    if (s->swept < CA_ROCS_STEPS_MAX) { s->swept_k[s->swept] = s->k; s->swept_score[s->swept++] = score; }
+    if (score > s->best) { s->best = score; s->best_k = s->k; }
+  }
   bool fallen = s->best_k != 0 && beats(s->best, s->base, s->margin) && beats(s->base, score, 1.0 / 3);
   if (s->k < s->size && !fallen) {
     s->k = s->size - s->k > s->step ? s->k + s->step : s->size;

@@ -53,10 +53,18 @@ static inline bool _ca_rocs_l3_fits(size_t bytes, size_t l3, uint32_t buffer) {
    beside it by the margin (the best of a sweep of noisy scores is the luckiest, and scores
    seconds apart move with the host: the lap stand-in's moved 20-25% at a fixed k; a trend alone
    cannot pass both sides).  A round that fails is run once more: one lucky k = 0 or one slow
-   best spoils a round (art4 lost its gain so in 1 search of 8).  Else k = 0. */
+   best spoils a round (art4 lost its gain so in 1 search of 8).  A best that fails both gives
+   way to the sweep's next best that beat k = 0 by the margin, confirmed the same way (a lucky
+   40 of 73 runs, 209 against 60's 259 and k = 0's 396 in microseconds of lap, failed and left
+   art4's victim unprotected).  Else k = 0. */
+#define CA_ROCS_STEPS_MAX 64        /* rocs_steps at most */
+#define CA_ROCS_CANDIDATES 2        /* bests confirmed at most */
 typedef struct ca_rocs_search_s {
   uint32_t size, step, k, best_k, steps;
   uint32_t confirm, rounds;         /* scores of the round taken (best, 0, best, 0); rounds failed */
+  uint32_t swept, candidates;       /* steps of the sweep recorded; bests that failed */
+  uint32_t swept_k[CA_ROCS_STEPS_MAX];
+  double   swept_score[CA_ROCS_STEPS_MAX];
   double best, base, margin, pair[3];
   bool done;
 } ca_rocs_search_t;

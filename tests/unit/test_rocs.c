@@ -138,6 +138,33 @@ static void pieces(void) {
   for (tried = 0, k = 0; !s.done; tried++) k = _ca_rocs_search_next(&s, last[tried]);
   CHECK_EQ(tried, 11);
   CHECK_EQ(k, 0);
+  /* a lucky best that fails both rounds gives way to the sweep's next best that beat k = 0,
+     confirmed the same way (art4 with a buffer of 1/8: 40 read 209 in the sweep, 60 259, k = 0
+     396; 40 then read 380-461) ... */
+  static const double next[] = { 1000, 1000, 1000, 1300, 1150, 1000,   /* 0, 0, 16, 32 (lucky), 48, 64 */
+                                 950, 1000, 950, 1000,                 /* 32 fails in both rounds */
+                                 1150, 1000, 1150, 1000 };             /* 48 holds */
+  _ca_rocs_search_begin(&s, 64, 4, 0.05);
+  for (tried = 0, k = 0; !s.done && tried < sizeof next / sizeof next[0]; tried++) k = _ca_rocs_search_next(&s, next[tried]);
+  CHECK(s.done);
+  CHECK_EQ(tried, 14);
+  CHECK_EQ(k, 48);
+  /* ... once: a second best that fails too gives k = 0 ... */
+  static const double none[] = { 1000, 1000, 1000, 1300, 1150, 1000,
+                                 950, 1000, 950, 1000,                 /* 32 fails in both rounds */
+                                 1150, 1000, 1000, 1000, 1000 };       /* 48: its second score, then its second round */
+  _ca_rocs_search_begin(&s, 64, 4, 0.05);
+  for (tried = 0, k = 0; !s.done && tried < sizeof none / sizeof none[0]; tried++) k = _ca_rocs_search_next(&s, none[tried]);
+  CHECK(s.done);
+  CHECK_EQ(tried, 15);
+  CHECK_EQ(k, 0);
+  /* ... and a step that beat k = 0 by less than the margin is no candidate (16: 4%) */
+  static const double small[] = { 1000, 1000, 1040, 1300, 1000, 1000, 950, 1000, 950, 1000 };
+  _ca_rocs_search_begin(&s, 64, 4, 0.05);
+  for (tried = 0, k = 0; !s.done && tried < sizeof small / sizeof small[0]; tried++) k = _ca_rocs_search_next(&s, small[tried]);
+  CHECK(s.done);
+  CHECK_EQ(tried, 10);
+  CHECK_EQ(k, 0);
   /* k = 0 is scored twice and judged by their mean: one lucky first score (1250 against 1000)
      does not leave the sweep nothing to keep (art4: k = 0 read 281, then 317-426 all process) */
   static const double lucky0[] = { 1250, 1000, 1200, 1200, 1000, 1200, 1000 };
