@@ -187,12 +187,16 @@ uint32_t _ca_rocs_search_next(ca_rocs_search_t* s, double score) {
     return s->k = s->best_k = holds ? s->best_k : 0;
   }
   if (s->steps++ == 0) { s->base = score; return 0; }       /* k = 0 twice: every step is judged by it */
+  bool again = s->again;
+  s->again = false;
   if (s->steps == 2) { s->base = s->best = (s->base + score) / 2; s->best_k = 0; }
   else {
+    if (again) score = (score + s->swept_score[--s->swept]) / 2;   /* a step that fell, scored twice */
     if (s->swept < CA_ROCS_STEPS_MAX) { s->swept_k[s->swept] = s->k; s->swept_score[s->swept++] = score; }
     if (score > s->best) { s->best = score; s->best_k = s->k; }
   }
   bool fallen = s->best_k != 0 && beats(s->best, s->base, s->margin) && beats(s->base, score, 1.0 / 3);
+  if (fallen && !again && s->k < s->size) { s->again = true; return s->k; }   /* the last ends it anyway */
   if (s->k < s->size && !fallen) {
     s->k = s->size - s->k > s->step ? s->k + s->step : s->size;
     return s->k;
