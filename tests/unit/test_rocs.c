@@ -37,6 +37,22 @@ bool     _ca_rocs_test_rechecking(void);
 bool     _ca_rocs_test_referenced(void);                   /* settled, with the phase's reference */
 uint32_t _ca_rocs_test_in(void);
 
+/* a search of a stack of 64 runs in 4 steps fed a scripted sequence of scores (its end: the
+   search must be done by then); the k chosen, the scores it took, the highest k tried */
+typedef struct { uint32_t k, tried, highest; } scripted_t;
+static scripted_t scripted(const double* scores, size_t n) {
+  ca_rocs_search_t s;
+  scripted_t r = { 0, 0, 0 };
+  _ca_rocs_search_begin(&s, 64, 4, 0.05);
+  for (; !s.done && r.tried < n; r.tried++) {
+    r.highest = r.k > r.highest ? r.k : r.highest;
+    r.k = _ca_rocs_search_next(&s, scores[r.tried]);
+  }
+  CHECK(s.done);
+  return r;
+}
+#define SCRIPTED(a) scripted(a, sizeof a / sizeof a[0])
+
 static void pieces(void) {
   ca_rocs_page_t p = {0};
   for (int i = 0; i < 3; i++) _ca_rocs_note(&p, 4, 1000);
@@ -82,24 +98,14 @@ static void pieces(void) {
      reading after a best does not end it (art4: 36 of 72 runs read 554 us of lap, k = 0 362) ... */
   static const double slow[] = { 1000, 1000, 1200, 600, 1150, 1300, 1250,   /* 0, 0, 16, 32, 32, 48, 64 */
                                  1300, 1000, 1300, 1000 };
-  _ca_rocs_search_begin(&s, 64, 4, 0.05);
-  for (tried = 0, highest = 0, k = 0; !s.done && tried < sizeof slow / sizeof slow[0]; tried++) {
-    highest = k > highest ? k : highest;
-    k = _ca_rocs_search_next(&s, slow[tried]);
-  }
-  CHECK(s.done);
-  CHECK_EQ(highest, 64);
-  CHECK_EQ(k, 48);
+  scripted_t r = SCRIPTED(slow);
+  CHECK_EQ(r.highest, 64);
+  CHECK_EQ(r.k, 48);
   /* ... a cliff read twice does */
   static const double cliff[] = { 1000, 1000, 1200, 600, 600, 1200, 1000, 1200, 1000 };
-  _ca_rocs_search_begin(&s, 64, 4, 0.05);
-  for (tried = 0, highest = 0, k = 0; !s.done && tried < sizeof cliff / sizeof cliff[0]; tried++) {
-    highest = k > highest ? k : highest;
-    k = _ca_rocs_search_next(&s, cliff[tried]);
-  }
-  CHECK(s.done);
-  CHECK_EQ(highest, 32);
-  CHECK_EQ(k, 16);
+  r = SCRIPTED(cliff);
+  CHECK_EQ(r.highest, 32);
+  CHECK_EQ(r.k, 16);
   /* a fall with no best above k = 0 before it goes on (the stand-in's noise at small k) */
   _ca_rocs_search_begin(&s, 64, 8, 0.05);
   for (highest = 0, k = 0; !s.done; ) { highest = k > highest ? k : highest; k = _ca_rocs_search_next(&s, k == 8 ? 600 : k >= 56 ? 1200 : 1000); }
@@ -166,27 +172,21 @@ static void pieces(void) {
   static const double next[] = { 1000, 1000, 1000, 1300, 1150, 1000,   /* 0, 0, 16, 32 (lucky), 48, 64 */
                                  950, 1000, 950, 1000,                 /* 32 fails in both rounds */
                                  1150, 1000, 1150, 1000 };             /* 48 holds */
-  _ca_rocs_search_begin(&s, 64, 4, 0.05);
-  for (tried = 0, k = 0; !s.done && tried < sizeof next / sizeof next[0]; tried++) k = _ca_rocs_search_next(&s, next[tried]);
-  CHECK(s.done);
-  CHECK_EQ(tried, 14);
-  CHECK_EQ(k, 48);
+  r = SCRIPTED(next);
+  CHECK_EQ(r.tried, 14);
+  CHECK_EQ(r.k, 48);
   /* ... once: a second best that fails too gives k = 0 ... */
   static const double none[] = { 1000, 1000, 1000, 1300, 1150, 1000,
                                  950, 1000, 950, 1000,                 /* 32 fails in both rounds */
                                  1150, 1000, 1000, 1000, 1000 };       /* 48: its second score, then its second round */
-  _ca_rocs_search_begin(&s, 64, 4, 0.05);
-  for (tried = 0, k = 0; !s.done && tried < sizeof none / sizeof none[0]; tried++) k = _ca_rocs_search_next(&s, none[tried]);
-  CHECK(s.done);
-  CHECK_EQ(tried, 15);
-  CHECK_EQ(k, 0);
+  r = SCRIPTED(none);
+  CHECK_EQ(r.tried, 15);
+  CHECK_EQ(r.k, 0);
   /* ... and a step that beat k = 0 by less than the margin is no candidate (16: 4%) */
   static const double small[] = { 1000, 1000, 1040, 1300, 1000, 1000, 950, 1000, 950, 1000 };
-  _ca_rocs_search_begin(&s, 64, 4, 0.05);
-  for (tried = 0, k = 0; !s.done && tried < sizeof small / sizeof small[0]; tried++) k = _ca_rocs_search_next(&s, small[tried]);
-  CHECK(s.done);
-  CHECK_EQ(tried, 10);
-  CHECK_EQ(k, 0);
+  r = SCRIPTED(small);
+  CHECK_EQ(r.tried, 10);
+  CHECK_EQ(r.k, 0);
   /* k = 0 is scored twice and judged by their mean: one lucky first score (1250 against 1000)
      does not leave the sweep nothing to keep (art4: k = 0 read 281, then 317-426 all process) */
   static const double lucky0[] = { 1250, 1000, 1200, 1200, 1000, 1200, 1000 };
