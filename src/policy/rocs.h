@@ -50,7 +50,10 @@ static inline bool _ca_rocs_l3_fits(size_t bytes, size_t l3, uint32_t buffer) {
    slow reading as often: art4 ended a sweep at 30 of 75 runs after a lucky 10, and kept 10),
    in the mean of two scores (one slow reading, 554 us of lap against k = 0's 362, ended a sweep
    at 36 of 72 runs).
-   A best that beats k = 0 by `margin` (a fraction) is then confirmed in pairs taken next to each
+   A best that beats k = 0 by `margin` (a fraction) gives way to the largest k after it, before
+   a fall, that reads within the noise of it (k = 0's two scores' spread, at most a quarter): the
+   scores cannot tell those apart, and the largest confines the most polluters.  That one is
+   then confirmed in pairs taken next to each
    other: best, k = 0, best, k = 0, and kept only if each of its two scores beats the k = 0 scores
    beside it by the margin (the best of a sweep of noisy scores is the luckiest, and scores
    seconds apart move with the host: the lap stand-in's moved 20-25% at a fixed k; a trend alone
@@ -68,7 +71,7 @@ typedef struct ca_rocs_search_s {
   bool again;                       /* the step that fell is scored again */
   uint32_t swept_k[CA_ROCS_STEPS_MAX];
   double   swept_score[CA_ROCS_STEPS_MAX];
-  double best, base, margin, pair[3];
+  double best, base, margin, noise, pair[3];   /* noise: k = 0's two scores apart (a fraction) */
   bool done;
 } ca_rocs_search_t;
 void     _ca_rocs_search_begin(ca_rocs_search_t* s, uint32_t size, uint32_t steps, double margin);

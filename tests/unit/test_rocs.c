@@ -141,6 +141,35 @@ static void pieces(void) {
   for (highest = 0, k = 0; !s.done; ) { highest = k > highest ? k : highest; k = _ca_rocs_search_next(&s, -lap[(k + 9) / 10]); }
   CHECK_EQ(highest, 75);
   CHECK_EQ(k, 60);
+  /* of the steps within k = 0's noise of the best (371 and 411: 10%), the largest before a fall:
+     40 read 249 and 60 257 in art4's sweep, and 40 kept left its victim at 12.2 ns against 60's
+     6.4-7.8 (50's 352 is noise; 70 is the victim's cliff, 76 falls) ... */
+  static const double near[] = { 371, 411, 499, 422, 410, 249, 352, 257, 476, 842 };   /* 0, 0, 10 ... 70, 76 */
+  _ca_rocs_search_begin(&s, 76, 8, 0.05);
+  for (tried = 0, k = 0; !s.done && tried < 10; tried++) k = _ca_rocs_search_next(&s, -near[tried]);
+  CHECK_EQ(k, 60);                                          /* confirmed first */
+  for (int i = 0; i < 4; i++) k = _ca_rocs_search_next(&s, k == 0 ? -400 : -250);
+  CHECK(s.done);
+  CHECK_EQ(k, 60);
+  /* ... not beyond the noise (60 at 300: 20% from the best) ... */
+  static const double far[] = { 371, 411, 499, 422, 410, 249, 352, 300, 476, 842 };
+  _ca_rocs_search_begin(&s, 76, 8, 0.05);
+  for (tried = 0, k = 0; !s.done && tried < 10; tried++) k = _ca_rocs_search_next(&s, -far[tried]);
+  CHECK_EQ(k, 40);
+  /* ... nor past a fall (50 twice a third below k = 0) ... */
+  static const double past[] = { 371, 411, 499, 422, 410, 249, 600, 600 };   /* the sweep ends at 50 */
+  _ca_rocs_search_begin(&s, 76, 8, 0.05);
+  for (tried = 0, k = 0; !s.done && tried < 8; tried++) k = _ca_rocs_search_next(&s, -past[tried]);
+  CHECK(s.confirm > 0);
+  CHECK_EQ(k, 40);
+  /* ... and if it fails both rounds, the best itself is confirmed */
+  _ca_rocs_search_begin(&s, 76, 8, 0.05);
+  for (tried = 0, k = 0; !s.done && tried < 10; tried++) k = _ca_rocs_search_next(&s, -near[tried]);
+  for (int i = 0; i < 4; i++) k = _ca_rocs_search_next(&s, -400);   /* 60 no better than k = 0, twice */
+  CHECK_EQ(k, 40);
+  for (int i = 0; i < 4; i++) k = _ca_rocs_search_next(&s, k == 0 ? -400 : -250);
+  CHECK(s.done);
+  CHECK_EQ(k, 40);
   /* the confirmation judges each score of the best beside the k = 0 scores next to it: a sweep
      whose k = 0 read in a fast moment still keeps a best that holds in its pairs ... */
   static const double fast0[] = { 1300, 1300, 1400, 1200, 1000, 1200, 1000 };   /* 0, 0, 32 (best), 32, 0, 32, 0 */
