@@ -131,6 +131,12 @@ def suite(build):
         add("monitor-%s" % g, [exe("monitor", "plain")], colour, described=m)
         for t in ["colour_start", "nightwatch", "small", "protect"]:
             add("%s-%s" % (t, g), [exe(t, "internal")], described=m)
+    # colours from frame numbers: where frames are the colour's (bare metal), where they say
+    # nothing (a VM's host pages), where they cannot be read (not root)
+    zl = machine("zen4", "l1d32", "linear")
+    add("frames-on", [exe("frames", "internal"), "on"], described=zl + ",frames=1")
+    add("frames-disagree", [exe("frames", "internal"), "disagree"], described=DEFAULT + ",frames=1")
+    add("frames-hidden", [exe("frames", "internal"), "hidden"], described=zl)
     # the colour layer unavailable: by option, or by a machine profile that says so
     add("colour_api-mremap", [exe("colour_api", "plain")], dict(colour, CHROMALLOC_OPTIONS="colour_moves=mremap"))
     add("colour-off-option", [exe("colour_api", "plain"), "disabled"], dict(colour, CHROMALLOC_OPTIONS="colours=0"))

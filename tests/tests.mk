@@ -12,7 +12,7 @@ TEST_NAMES = api stress fork threads enomem invalid_free rss lean
 # the cache runtime's: linked against libchromalloc-colour.so and .a, and preloaded
 TEST_COLOUR = colour_api monitor
 # internal interfaces: linked with the cache runtime built with its test hooks (whole archive)
-TEST_INTERNAL = hooks colour colour_start nightwatch small pmu protect geometry profile purge move hot partition rocs
+TEST_INTERNAL = hooks colour colour_start frames nightwatch small pmu protect geometry profile purge move hot partition rocs
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-alloc-size-larger-than -Wno-free-nonheap-object -Wno-use-after-free -Wno-maybe-uninitialized -pthread -Iinclude
 TEST_BIN   = $(BUILD)/tests
 TEST_DEPS  = tests/unit/check.h bench/colour/l2reading.h

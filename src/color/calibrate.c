@@ -179,6 +179,7 @@ static uint32_t keep_alive(ca_colour_map_t* map, ca_page_source_t* src, const bo
     m++;
   }
   map->ncolours = m;
+  map->epoch++;
   memset(src->colour, 0xff, src->npages);          /* colour indices moved: look again */
   memset(src->tested, 0, src->npages);
   return n - m;

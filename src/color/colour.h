@@ -143,6 +143,7 @@ void     _ca_move_fork_release(void);
 void     _ca_move_fork_child(void);                                     /* ... and the child opens its own userfaultfd */
 void     _ca_move_stats_json(ca_buf_t* b);
 int      _ca_sim_colour(const void* p);                                 /* -1: not simulated */
+uint64_t _ca_sim_frame(const void* p);                                  /* 0: not simulated */
 /* the probe of this machine: simulated when it is described, else timed */
 static inline bool _ca_probe_init(ca_timing_probe_t* tp, size_t level_bytes, uint32_t l1_ways) {
   return _ca_machine.simulated ? _ca_probe_sim_init(tp) : _ca_probe_timing_init(tp, level_bytes, l1_ways);
@@ -157,6 +158,7 @@ int  _ca_evset_reduce(ca_probe_t* p, void* r, void** cand, int n, int ways, uint
 typedef struct ca_colour_map_s {
   uint32_t ways;                               /* pages in a minimal eviction set */
   uint32_t ncolours;                           /* colours discovered so far */
+  uint32_t epoch;                              /* counts renumberings (sets dropped or forgotten) */
   void*    ref[CA_COLOURS_MAX];                /* a page of each colour (a probe reference) */
   void*    set[CA_COLOURS_MAX][CA_WAYS_MAX];   /* its eviction set: `ways` pages of that colour */
 } ca_colour_map_t;
@@ -293,6 +295,12 @@ void     _ca_colour_partition_leave(void);
 void     _ca_colour_partition_fork_child(void);
 void     _ca_colour_spread_stats_json(ca_buf_t* b);
 void     _ca_colour_spread_fork_child(void);
+/* colours from frame numbers (frames.c): -1 = unknown (time it); teach it what timing found */
+int      _ca_frames_colour(const void* page);
+void     _ca_frames_teach(const void* page, int colour);
+void     _ca_frames_learn(void);                            /* the worker's, ready (once a numbering) */
+void     _ca_frames_stats_json(ca_buf_t* b);
+void     _ca_frames_fork_child(void);
 
 /* ---- protection (protect.c): live ranges kept out of a colour set --------------------------- */
 typedef struct ca_protect_ops_s {

@@ -62,6 +62,8 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_field_u64(b, "colours", L.cal.colours);
   ca_buf_field_u64(b, "ways", L.cal.ways);
   ca_buf_field_u64(b, "eviction_sets", L.map.ncolours);
+  ca_buf_str(b, ",\"frames\":");
+  _ca_frames_stats_json(b);
   /* start-up: when the layer was asked for (ms after the process started), the worker's phases
      (ms); ready_ms (sets usable) and stocked_ms (every set's first stock in) from its start, 0
      while not yet, and its CPU time at each */

@@ -106,6 +106,7 @@ void _ca_colour_fork_child(void) {
   atomic_store(&L.preparing, 0);                /* the threads waiting there are the parent's */
   _ca_protect_fork_child();
   _ca_colour_spread_fork_child();
+  _ca_frames_fork_child();
   if (atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY)
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
 }
@@ -247,10 +248,13 @@ int _ca_colour_prepare(int id, size_t pages, int timeout_ms) {
 int _ca_colour_of(const void* p) {
   if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   const void* page = (const void*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  int f = _ca_frames_colour(page);
+  if (f >= 0) return f;
   cpu_set_t was;
   bool pinned = _ca_cs_pin_here(&was);
   int c = _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, CA_ASK_FULLY);
   if (pinned) sched_setaffinity(0, sizeof was, &was);
+  _ca_frames_teach(page, c);
   return c;
 }
 

@@ -119,6 +119,15 @@ static uint32_t colour(uintptr_t frame) {
   return (uint32_t)(x % S.colours);
 }
 
+/* The simulated frame number of the page holding p (0: not simulated), as pagemap gives it. */
+uint64_t _ca_sim_frame(const void* p) {
+  if (!_ca_machine.simulated) return 0;
+  _ca_lock(&S.lock);
+  uintptr_t f = frame_of((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
+  _ca_unlock(&S.lock);
+  return f;
+}
+
 /* The simulated colour of the page holding p (tests compare it with chromalloc_colour_of). */
 int _ca_sim_colour(const void* p) {
   if (!_ca_machine.simulated || S.colours == 0) return -1;

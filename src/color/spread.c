@@ -38,7 +38,10 @@ void _ca_colour_client(const ca_colour_client_t* c) {
 int _ca_colour_page(const void* page) {
   if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
   S.classified++;
-  int c = _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, CA_ASK_FULLY);
+  int c = _ca_frames_colour(page);
+  if (c >= 0) return c;
+  c = _ca_colour_of_live(&L.probe.base, &L.map, page, ~(uint64_t)0, 3, 3, CA_ASK_FULLY);
+  _ca_frames_teach(page, c);
   S.unknown += c < 0;
   return c;
 }

@@ -19,6 +19,7 @@ static uint32_t round_colours(uint32_t n) {
 void _ca_cs_forget_sets(void) {
   _ca_lock(&L.lock);
   L.map.ncolours = 0;
+  L.map.epoch++;
   L.effect_pct = L.effect_next = 0;
   _ca_unlock(&L.lock);
   if (L.src.npages) {
@@ -199,6 +200,7 @@ static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
   L.file_stale += enough;
   _ca_lock(&L.lock);
   L.map.ncolours = 0;
+  L.map.epoch++;
   L.cal.colours = was_colours;
   _ca_unlock(&L.lock);
   _ca_setfile_close(&L.file);

@@ -128,6 +128,8 @@ static uint32_t nth_colour(uint64_t mask, uint32_t k) {
 /* Is `page` of a colour of `mask`?  1 yes, 0 no, -1 cannot tell.  The page becomes a probe
    reference (its contents are overwritten): pool and supply pages only. */
 int _ca_cs_member(void* page, uint64_t mask) {
+  int c = _ca_frames_colour(page);
+  if (c >= 0) return (mask >> c) & 1;
   void* g[UNION_MAX * CA_WAYS_MAX];
   uint64_t colours;
   bool unsure = false;

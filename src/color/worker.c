@@ -327,6 +327,7 @@ static void worker(int here) {
     L.failures_in_row = 0;
     if (L.ready_ns == 0) { L.ready_ns = _ca_clock_ns() - L.start_ns; L.start_cpu_ns = _ca_cs_worker_cpu_ns(); L.reason[0] = 0; }
     atomic_store_explicit(&L.state, CA_COLOURS_READY, ca_release);
+    _ca_frames_learn();
     /* stock the pools, a batch at a time; pages no set takes go back with their chunk (fresh
        chunks), or are held until the round ends: released at once, the kernel would hand the
        very same frames (of the wrong colours) back in the next chunk */

@@ -36,6 +36,7 @@ typedef struct ca_machine_s {
   const char*      source;       /* "sysfs", "cpuid", "default" or "described" */
   bool             simulated;    /* described (CHROMALLOC_MACHINE): the colour layer simulates it */
   bool             hashed;       /* ... with a hashed index */
+  bool             frames;       /* ... whose frame numbers a process may read (pagemap as root) */
   uint32_t         probe_ns;     /* ... each simulated eviction test costing this long */
 } ca_machine_t;
 

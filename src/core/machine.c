@@ -8,7 +8,8 @@
    any host this way.  A described machine is not this one, so nothing may time it: the colour
    layer then answers its eviction questions from a simulated L2 of that geometry (simcache.c),
    whose page colours are the frame number's low bits (index=linear) or a hash of it (hashed),
-   and each of whose tests takes probe_us (0) of the worker's CPU, as a timed one would. */
+   whose frame numbers a process can read with frames=1 (as root can pagemap's), and each of
+   whose tests takes probe_us (0) of the worker's CPU, as a timed one would. */
 #include "internal.h"
 #include <fcntl.h>
 #include <stdlib.h>
@@ -144,6 +145,7 @@ static bool described(ca_machine_t* m, const char* d) {
       continue;
     }
     if (k == 4 && memcmp(item, "line", 4) == 0) continue;
+    if (k == 6 && memcmp(item, "frames", 6) == 0) { m->frames = vl == 1 && eq[1] == '1'; continue; }
     if (k == 8 && memcmp(item, "probe_us", 8) == 0) {
       char v[16];
       size_t len = vl < sizeof v - 1 ? vl : sizeof v - 1;
@@ -152,7 +154,7 @@ static bool described(ca_machine_t* m, const char* d) {
       m->probe_ns = parse_size(v) * 1000;
       continue;
     }
-    _ca_warn("CHROMALLOC_MACHINE: unknown item ignored (l1d, l2, l3, line, index, probe_us)");
+    _ca_warn("CHROMALLOC_MACHINE: unknown item ignored (l1d, l2, l3, line, index, frames, probe_us)");
   }
   if (lv[0].ways == 0) { _ca_warn("CHROMALLOC_MACHINE: no valid l1d=SIZE/WAYS: the machine is read instead"); return false; }
   for (int i = 0; i < 3; i++) if (lv[i].ways != 0) m->levels[m->nlevels++] = lv[i];
