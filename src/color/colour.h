@@ -4,9 +4,9 @@
    A *colour* of a physically indexed cache level is the group of sets that one 4 KiB page
    maps to: an 8-way 1 MiB L2 with 64-byte lines has 2048 sets = 32 groups of 64, so 32
    colours, and pages of different colours never compete for L2 space.  On bare metal a page's
-   colour is a few bits of its physical address; in this VM the host backs guest memory with
-   4 KiB pages, so neither virtual addresses, guest huge pages nor /proc/self/pagemap say
-   anything about it.  What does work is timing (../shared/experiments/l2colour):
+   colour is a few bits of its physical address; in a VM whose host backs guest memory with
+   4 KiB pages (the AMD guests here) neither virtual addresses, guest huge pages nor
+   /proc/self/pagemap say anything about it.  What does work is timing (../shared/experiments/l2colour):
 
      probe.c      time a dependent chase over the 64 lines of a reference page R after touching
                   a group of other pages: a slow chase means the group evicted R from the level.
@@ -22,6 +22,8 @@
                   saves it as the machine profile (profile.c).
      setfile.c    the eviction sets in a file on tmpfs that every process of the user maps, so
                   that one process's sets serve all (and name the colours alike).
+     frames.c     where frame numbers say the colour (pagemap as root, the host's frames), the
+                  colour of each residue learned from the sets: a page's colour without a test.
      pool.c       pages classified by colour, kept in pools; handed to spans by moving them
                   (move.c: UFFDIO_MOVE or mremap keep the frame) and taken back when spans are
                   freed, so no frame whose colour was paid for is lost.
