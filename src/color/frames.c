@@ -7,12 +7,12 @@
      colour[r] = c, agree[r] = n      n pages of residue r that timing put in colour c
 
    The source answers once 32 pages agreed with one taught before them and none disagreed, a
-   residue once two of its pages agree; one page that disagrees turns it off for the process (a VM backed by 4 KiB
-   host pages: frames say nothing there).  An answer is one pread
-   of pagemap (a few us) instead of a test against every colour's set (about 0.3 ms), and it does
-   not depend on the moment: with a 1.7 MiB chase on the other vCPU of the Intel Xeon guest, timing
-   could tell 8 of 256 live pages.  A residue no page has taught (a colour without a set) answers
-   -1, and the caller times. */
+   residue once two of its pages agree; one page that disagrees turns it off for the process (a
+   VM backed by 4 KiB host pages: frames say nothing there).  An answer is one pread of pagemap
+   (about 1 us) instead of a test against every colour's set (about 0.3 ms), and it does not
+   depend on the moment: with a 1.7 MiB chase on the other vCPU of the Intel Xeon guest, timing
+   could tell 8 of 256 live pages.  A residue no page has taught (a colour without a set)
+   answers -1, and the caller times. */
 #include "layer.h"
 #include <fcntl.h>
 #include <unistd.h>
