@@ -8,8 +8,8 @@
 
    The source answers once 32 pages agreed with one taught before them and none disagreed, a
    residue once two of its pages agree; one page that disagrees turns it off for the process (a
-   VM backed by 4 KiB host pages: frames say nothing there).  An answer is one pread of pagemap
-   (about 1 us) instead of a test against every colour's set (about 0.3 ms), and it does not
+   VM backed by 4 KiB host pages: frames say nothing there).  An answer is one read of pagemap
+   (a few us) instead of a test against every colour's set (about 0.3 ms), and it does not
    depend on the moment: with a 1.7 MiB chase on the other vCPU of the Intel Xeon guest, timing
    could tell 8 of 256 live pages.  A residue no page has taught (a colour without a set)
    answers -1, and the caller times. */
@@ -23,8 +23,7 @@ static const char* const state_names[] = { "unknown", "learning", "on", "hidden"
 
 static struct {
   ca_lock_t lock;
-  int       state, fd;
-  pid_t     pid;                      /* the process fd reads (a fork child reopens) */
+  int       state;
   uint32_t  m, epoch;                 /* the map's numbering the residues were taught in */
   uint32_t  lessons;                  /* epoch + 1 of the last lesson (one a numbering) */
   uint32_t  since, repeats;           /* pages taught in this numbering; of them, agreeing repeats */
@@ -34,21 +33,18 @@ static struct {
   int8_t    colour[CA_COLOURS_MAX];
   uint8_t   agree[CA_COLOURS_MAX];
   uint64_t  taught, answered, conflicts;
-} F = { .fd = -1 };
+} F;
 
-/* the frame of a resident page, 0 when it cannot be read (not resident, or hidden: not root) */
+/* the frame of a resident page, 0 when it cannot be read (not resident, or hidden: not root).
+   Opened each time: a descriptor kept could be closed by the program and its number reused. */
 static uint64_t frame_of(const void* page) {
   if (_ca_machine.simulated) return _ca_machine.frames ? _ca_sim_frame(page) : 0;
-  pid_t pid = getpid();
-  if (F.fd < 0 || F.pid != pid) {
-    if (F.fd >= 0) close(F.fd);
-    F.fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    F.pid = pid;
-    if (F.fd < 0) return 0;
-  }
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
   uint64_t e = 0;
-  if (pread(F.fd, &e, sizeof e, (off_t)((uintptr_t)page / CA_OS_PAGE * sizeof e)) != (ssize_t)sizeof e) return 0;
-  return e >> 63 ? e & ((1ull << 55) - 1) : 0;
+  ssize_t r = pread(fd, &e, sizeof e, (off_t)((uintptr_t)page / CA_OS_PAGE * sizeof e));
+  close(fd);
+  return r == (ssize_t)sizeof e && e >> 63 ? e & ((1ull << 55) - 1) : 0;
 }
 
 /* M from the most colours anything says the level has (the geometry, the calibration, the
@@ -83,11 +79,8 @@ static bool usable(void) {
   return F.state == F_LEARNING || F.state == F_ON;
 }
 
-/* a fork child: the worker may have held the lock; the descriptor is the parent's pagemap */
-void _ca_frames_fork_child(void) {
-  atomic_store_explicit(&F.lock.v, 0, ca_relaxed);
-  F.fd = -1;
-}
+/* a fork child: the worker may have held the lock */
+void _ca_frames_fork_child(void) { atomic_store_explicit(&F.lock.v, 0, ca_relaxed); }
 
 int _ca_frames_colour(const void* page) {
   if (atomic_load_explicit(&L.state, ca_acquire) != CA_COLOURS_READY) return -1;
