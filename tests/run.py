@@ -81,8 +81,11 @@ def suite(build):
         add("%s-preload" % t, [exe(t, "plain")], colour)
     for t in ["hooks", "colour", "colour_start", "nightwatch", "small", "pmu", "protect", "purge", "move"]:
         add(t, [exe(t, "internal")])
-    # hot pages: found and spread over the colours, within a move budget of 8 a period
-    add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8"})
+    # hot pages: found and spread over the colours (the layer from the start: hot_fit=0), within
+    # a move budget of 8 a period
+    add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8,hot_fit=0"})
+    # ... and no colour layer for a hot set random frames fit, one for a set near the L2's size
+    add("hot-fit", [exe("hot", "internal"), "fit"], {"CHROMALLOC_OPTIONS": "hot=1,hot_delay=0,hot_period=20"})
     add("partition", [exe("partition", "internal")])
     # ROCS: the search's pieces, then its loop on a scripted stream (gain: confined; loss: given
     # back; fixed: half the stack confined without a search)

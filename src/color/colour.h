@@ -280,6 +280,9 @@ typedef struct ca_colour_client_s {
   /* memory handed out / taken back: ordinary (flavour 0), or to be spread (CA_FLAVOUR_SPREAD) */
   void     (*range)(void* p, size_t n, bool added, uint32_t flavour);
   uint64_t (*work)(void);      /* on the worker once the layer is ready: ms until it wants it again */
+  /* NULL, or false while the client needs no colours: the worker then calls work() without the
+     layer (no calibration, no set file) until it says true or a set is registered */
+  bool     (*wants)(void);
   uint64_t delay_ms;           /* the worker starts this long after the process at the earliest */
 } ca_colour_client_t;
 void     _ca_colour_client(const ca_colour_client_t* c);   /* one; every colour's set is wanted */

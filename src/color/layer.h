@@ -168,6 +168,8 @@ void     _ca_cs_test_kept(void);
 const ca_colour_client_t* _ca_cs_client(void);
 /* sets.c */
 void     _ca_cs_start_worker(void);
+void     _ca_cs_ask(void);              /* the layer is wanted: calibrating */
+bool     _ca_cs_client_waits(void);     /* a client alone, needing no colours yet */
 /* worker.c */
 void*    _ca_cs_worker_main(void* arg);
 void     _ca_cs_wake_worker(void);

@@ -194,6 +194,19 @@ int _ca_colour_set(uint32_t from, uint32_t to, uint32_t den) {
   return id;
 }
 
+/* The layer is wanted: calibrating from now on (the worker's start, or a waiting client's ask). */
+void _ca_cs_ask(void) {
+  int st = CA_COLOURS_OFF;
+  if (L.asked_ns == 0) L.asked_ns = _ca_clock_ns() - L.born_ns;
+  atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
+}
+
+/* a client alone that needs no colours yet: the worker gives it its time without the layer */
+bool _ca_cs_client_waits(void) {
+  const ca_colour_client_t* c = _ca_cs_client();
+  return c != NULL && c->wants != NULL && L.generation == 0 && !c->wants();
+}
+
 /* The worker, started once (a set registered, or a client), else woken. */
 void _ca_cs_start_worker(void) {
   _ca_lock(&L.lock);
@@ -202,9 +215,7 @@ void _ca_cs_start_worker(void) {
   _ca_unlock(&L.lock);
   if (!start) { _ca_cs_wake_worker(); return; }
   install_hooks();
-  int st = 0;
-  if (L.asked_ns == 0) L.asked_ns = _ca_clock_ns() - L.born_ns;
-  atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
+  if (!_ca_cs_client_waits()) _ca_cs_ask();
   pthread_attr_t a;
   pthread_attr_init(&a);
   pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);

@@ -24,6 +24,8 @@
                 pages' heat.
      threshold  the histogram of heats gives the lowest heat of the hottest K pages, K = the
                 L2's pages (colours x ways) x hot_share %.
+     want       until the hot set fills hot_fit % of the L2 (half), random frames fit it: the
+                colour layer is not started for it (no calibration, no set file; the windows go on)
      spread     hot pages' colours are measured (the colour layer's eviction sets, on the colour
                 worker); pages over `ways` on a colour, and those whose colour could not be told,
                 move to frames of the emptiest colours, hottest first, at most hot_budget a
@@ -56,7 +58,7 @@
 #include <unistd.h>
 
 enum { HOT_OPT_ON, HOT_OPT_DELAY, HOT_OPT_PERIOD, HOT_OPT_WINDOW, HOT_OPT_OVERHEAD, HOT_OPT_BUDGET, HOT_OPT_SHARE,
-       HOT_OPT_PARTITION, HOT_OPT_TRAPS, HOT_OPT_COUNT };
+       HOT_OPT_PARTITION, HOT_OPT_TRAPS, HOT_OPT_FIT, HOT_OPT_COUNT };
 enum { TRAPS_BOTH, TRAPS_READS, TRAPS_WRITES };
 static const char* const traps_words[] = { "both", "reads", "writes", NULL };
 static long opt[HOT_OPT_COUNT];
@@ -84,6 +86,9 @@ static const ca_option_desc_t options[HOT_OPT_COUNT] = {
                          "writes = asynchronous write protection (Linux 6.7+: no signal, never a failed system call, "
                          "blind to reads); both = traps within the budget while no thread may have signals blocked, "
                          "write protection for the rest" },
+  [HOT_OPT_FIT]      = { "hot_fit", 50, 0, 100, NULL,
+                         "percent of the L2 the hot set must reach before the colour layer starts for it (below, "
+                         "random frames fit it: under 1% of its pages beyond their colour's ways); 0: from the start" },
 };
 
 #define RANGES   4096                /* live ranges tracked */
@@ -114,6 +119,9 @@ static struct {
   bool       on, sampling;            /* the layer (hot pages or lock sets); sampling windows (hot) */
   bool       nested;                  /* ... windows also once a lock set is lockset_nest deep */
   bool       rocs;                    /* ... and for ROCS's profiles (rocs.c) */
+  bool       want;                    /* the colour layer is wanted (hot_fit reached, ROCS, lock sets) */
+  uint64_t   want_ns;                 /* ... since then (clock ns) */
+  uint32_t   big_periods;             /* periods in a row the hot set reached hot_fit (before) */
   ca_lock_t  lock;                   /* ranges and the arena (program threads tell of ranges) */
   range_t    r[RANGES];
   uint32_t   n;
@@ -121,7 +129,7 @@ static struct {
   uint8_t*   heat;                   /* the arena: PAGES entries each, mapped once */
   int8_t*    colour;
   int8_t*    first;                  /* the colour it had when first measured (before any move) */
-  uint8_t*   seen;                   /* 1: the page's lane was armed once */
+  uint8_t*   seen;                   /* 1: the page was armed once (in a lane) */
   uint8_t*   nest;                   /* the lock set + 1 that touched it deep (0: none) */
   ca_rocs_page_t* prof;              /* ROCS's profile of the page (rocs.h) */
   uint16_t   order[RANGES];           /* ROCS's notes: the ranges by base */
@@ -531,7 +539,7 @@ static void open_window(uint64_t now) {
       l->writes = l->slot >= 0;
       if (l->writes) spent += wcost;
     }
-    if (l->slot >= 0) { H.nlanes++; H.pages_armed += pages; H.lanes_written += l->writes; H.seen[at] = 1; }
+    if (l->slot >= 0) { H.nlanes++; H.pages_armed += pages; H.lanes_written += l->writes; memset(H.seen + at, 1, pages); }
     else H.arm_refused++;
     H.cur_page += pages;
   }
@@ -653,10 +661,40 @@ static void nested_touched(void) {
   }
 }
 
+/* Before the colour layer: the hot set ranked against the L2's pages (the machine's), and the
+   layer wanted once, for WANT_PERIODS periods in a row, with most of the heap looked at, the
+   pages touched recently fill hot_fit % of the L2 and at most twice it.  Below, random frames fit
+   them: a hot set of half the L2 leaves under 1% of its pages beyond their colour's ways
+   (binomial: 0.7% with 8 ways, 0.07% with 16), less than the layer's start can pay back; above,
+   the rest evicts the hot pages' lines whatever their colours (a program touching its whole
+   heap); and one look calls every page it saw touched hot: the hot set must last. */
+#define WANT_PERIODS 5
+
+static void rank_alone(void) {
+  lock_h();
+  H.k = (uint32_t)(_ca_machine_l2() / CA_OS_PAGE * (uint64_t)opt[HOT_OPT_SHARE] / 100);
+  find_hot(H.k);
+  uint64_t warm = 0, seen = 0, live = 0;
+  for (uint32_t h = HOT_MIN; h < 256; h++) warm += H.hist[h];
+  for (uint32_t i = 0; i < H.n; i++) {
+    live += H.r[i].pages;
+    for (uint32_t p = 0; p < H.r[i].pages; p++) seen += H.seen[H.r[i].at + p] != 0;
+  }
+  bool big = seen * 4 >= live * 3 && warm * 100 >= (uint64_t)H.k * (uint64_t)opt[HOT_OPT_FIT] && warm <= 2 * (uint64_t)H.k;
+  unlock_h();
+  H.big_periods = big ? H.big_periods + 1 : 0;
+  if (H.big_periods >= WANT_PERIODS) { H.want_ns = _ca_clock_ns(); H.want = true; }
+}
+
+static bool wants(void) { return H.want; }
+
 static void spread(void) {
   uint32_t colours = (uint32_t)__builtin_popcountll(_ca_colour_known_mask()), ways = _ca_colour_ways();
   /* spread over too few colours, the hot set would crowd them: three quarters known at least */
-  if (colours == 0 || ways == 0 || colours * 4 < (uint32_t)_ca_colour_count() * 3) return;
+  if (colours == 0 || ways == 0 || colours * 4 < (uint32_t)_ca_colour_count() * 3) {
+    if (!H.want) rank_alone();
+    return;
+  }
   uint32_t share = (uint32_t)opt[HOT_OPT_SHARE], cap = ways * share / 100 ? ways * share / 100 : 1;
   uint32_t budget = (uint32_t)opt[HOT_OPT_BUDGET];
   /* our colours: all, or our slice of them when other processes share our L2 */
@@ -774,7 +812,7 @@ static uint64_t work(void) {
   return (next - now) / 1000000 + 1;
 }
 
-static ca_colour_client_t client = { on_range, work, 0 };
+static ca_colour_client_t client = { on_range, work, wants, 0 };
 
 /* A fault's cost here, once: a page armed, then touched by this thread (a trap: the program's
    own, at start; a first write under write protection: the worker's, at its first window). */
@@ -823,6 +861,7 @@ static void init(void) {
     return;
   }
   H.nested = _ca_locksets_nest() != 0;
+  H.want = H.rocs || _ca_locksets_on() || opt[HOT_OPT_FIT] == 0;
   H.rng = _ca_process_seed() | 1;
   _ca_access_on_change(on_change);
   if (_ca_locksets_on()) _ca_lockset_flavour = CA_FLAVOUR_SPREAD;   /* hot.c spreads what they allocate */
@@ -871,6 +910,8 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "k", H.k);
   ca_buf_field_u64(b, "threshold", H.threshold);
   ca_buf_field_u64(b, "hot_pages", H.nhot);
+  ca_buf_field_u64(b, "colours_wanted", H.want);
+  ca_buf_field_u64(b, "colours_wanted_ms", H.want_ns > H.started ? (H.want_ns - H.started) / 1000000 : 0);
   ca_buf_field_u64(b, "measured", H.measured);
   ca_buf_field_u64(b, "unknown", H.unknown);
   ca_buf_field_u64(b, "moved", H.moved);

@@ -600,11 +600,53 @@ static void closed_fds(void) {
   fprintf(stderr, "closed fds: %d of our descriptors replaced by the program's files; a child wrote to all\n", n);
 }
 
-int main(void) {
+/* the colour layer's state in the statistics: "off" until something wants it */
+static bool colours_off(void) {
+  static char buf[1 << 18];
+  chromalloc_stats_json(buf, sizeof buf);
+  return strstr(buf, "\"colours\":{\"state\":\"off\"") != NULL;
+}
+
+/* hot_fit: a hot set of a quarter of the L2, found, starts no colour layer (random frames fit
+   it); grown to 85% of the L2, it does.  Run alone in its process: nothing else asks for colours. */
+static void fit(void) {
+  size_t l2 = l2_bytes(), small = l2 / 4 / sizeof(node_t), big = l2 * 85 / 100 / sizeof(node_t);
+  node_t** nodes = calloc(big, sizeof *nodes);
+  for (size_t i = 0; i < big; i++) {
+    nodes[i] = malloc(sizeof(node_t));
+    if (i % 128 == 127) { char* c = malloc(8192); memset(c, 1, 8192); }   /* cold, kept */
+  }
+  for (size_t i = 0; i < small; i++) nodes[i]->next = nodes[(i + 1) % small];
+  long long set_pages = (long long)(small * sizeof(node_t) / 4096);
+  node_t* p = nodes[0];
+  uint64_t t0 = l2_now_ns();
+  while (l2_now_ns() - t0 < 20000000000ull &&
+         !(stats_value("hot", "windows") >= 40 && stats_value("hot", "hot_pages") * 10 >= set_pages * 8))
+    p = chase(p, 4 * (long)small);
+  fprintf(stderr, "fit: a quarter of the L2: %lld hot pages of %lld after %lld windows; colours wanted %lld\n",
+          stats_value("hot", "hot_pages"), set_pages, stats_value("hot", "windows"), stats_value("hot", "colours_wanted"));
+  CHECK(stats_value("hot", "hot_pages") * 10 >= set_pages * 8);   /* found */
+  CHECK_EQ(stats_value("hot", "colours_wanted"), 0);
+  CHECK(colours_off());
+  CHECK(chromalloc_colour_count() < 0);
+  for (size_t i = 0; i < big; i++) nodes[i]->next = nodes[(i + 1) % big];
+  t0 = l2_now_ns();
+  while (l2_now_ns() - t0 < 30000000000ull && (stats_value("hot", "colours_wanted") != 1 || chromalloc_colour_count() <= 0))
+    p = chase(p, 4 * (long)big);
+  l2_sink = p;
+  fprintf(stderr, "fit: 85%% of the L2: colours wanted %lld after %lld ms, %d colours\n", stats_value("hot", "colours_wanted"),
+          stats_value("hot", "colours_wanted_ms"), chromalloc_colour_count());
+  CHECK_EQ(stats_value("hot", "colours_wanted"), 1);
+  CHECK(!colours_off());
+  CHECK(chromalloc_colour_count() > 0);            /* the described L2: ready at once */
+}
+
+int main(int argc, char** argv) {
   require_chromalloc("test_hot");
+  if (chromalloc_option("hot") != 1) { fprintf(stderr, "test_hot: run with CHROMALLOC_OPTIONS=hot=1\n"); return 2; }
+  if (argc > 1 && strcmp(argv[1], "fit") == 0) { fit(); return check_done("test_hot fit"); }
   pieces();
   ranking();
-  if (chromalloc_option("hot") != 1) { fprintf(stderr, "test_hot: run with CHROMALLOC_OPTIONS=hot=1\n"); return 2; }
   quiet();
   waited();
   written();
