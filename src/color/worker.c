@@ -3,7 +3,8 @@
    pages, a batch at a time, each batch bracketed by controls and its verdicts kept only when
    they pass, judging its progress and backing off when a stretch goes badly; between chunks it
    does protection's moves (protect.c).  Every few seconds it re-verifies a sample of pooled
-   pages and drops the ones whose colour changed.
+   pages and drops the ones whose colour changed.  Started for a client alone (hot pages), it
+   first runs the client without the layer until the client wants colours (client_first).
 
    Its cost is bounded: until the first stock is in it runs at the priority of the thread that
    asked (a program keeping both CPUs busy left a nice-19 worker 100 ms of CPU in 6 s, and no
