@@ -691,10 +691,8 @@ static bool wants(void) { return H.want; }
 static void spread(void) {
   uint32_t colours = (uint32_t)__builtin_popcountll(_ca_colour_known_mask()), ways = _ca_colour_ways();
   /* spread over too few colours, the hot set would crowd them: three quarters known at least */
-  if (colours == 0 || ways == 0 || colours * 4 < (uint32_t)_ca_colour_count() * 3) {
-    if (!H.want) rank_alone();
-    return;
-  }
+  if (!H.want) { rank_alone(); return; }          /* the layer may be up for a set: not for us */
+  if (colours == 0 || ways == 0 || colours * 4 < (uint32_t)_ca_colour_count() * 3) return;
   uint32_t share = (uint32_t)opt[HOT_OPT_SHARE], cap = ways * share / 100 ? ways * share / 100 : 1;
   uint32_t budget = (uint32_t)opt[HOT_OPT_BUDGET];
   /* our colours: all, or our slice of them when other processes share our L2 */

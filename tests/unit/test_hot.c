@@ -608,7 +608,8 @@ static bool colours_off(void) {
 }
 
 /* hot_fit: a hot set of a quarter of the L2, found, starts no colour layer (random frames fit
-   it); grown to 85% of the L2, it does.  Run alone in its process: nothing else asks for colours. */
+   it); a slice asked for starts it with that slice's sets alone; the set grown to 85% of the L2
+   wants every colour's.  Run alone in its process: nothing else asks for colours. */
 static void fit(void) {
   size_t l2 = l2_bytes(), small = l2 / 4 / sizeof(node_t), big = l2 * 85 / 100 / sizeof(node_t);
   node_t** nodes = calloc(big, sizeof *nodes);
@@ -629,16 +630,24 @@ static void fit(void) {
   CHECK_EQ(stats_value("hot", "colours_wanted"), 0);
   CHECK(colours_off());
   CHECK(chromalloc_colour_count() < 0);
+  /* a slice asked for: the layer starts for it, with the sets it needs, not every colour's */
+  CHECK(chromalloc_colours(0, 0, 1, 8) > 0);
+  for (int w = 0; w < 1000 && chromalloc_colour_count() <= 0; w++) usleep(10000);
+  long long colours = chromalloc_colour_count(), sets = stats_value("colours", "eviction_sets");
+  fprintf(stderr, "fit: a slice asked for: %lld of %lld colours' sets\n", sets, colours);
+  CHECK(colours > 0 && sets > 0 && sets < colours);
+  CHECK_EQ(stats_value("hot", "colours_wanted"), 0);
   for (size_t i = 0; i < big; i++) nodes[i]->next = nodes[(i + 1) % big];
   t0 = l2_now_ns();
-  while (l2_now_ns() - t0 < 30000000000ull && (stats_value("hot", "colours_wanted") != 1 || chromalloc_colour_count() <= 0))
+  while (l2_now_ns() - t0 < 30000000000ull &&
+         (stats_value("hot", "colours_wanted") != 1 || stats_value("colours", "eviction_sets") < colours))
     p = chase(p, 4 * (long)big);
   l2_sink = p;
-  fprintf(stderr, "fit: 85%% of the L2: colours wanted %lld after %lld ms, %d colours\n", stats_value("hot", "colours_wanted"),
-          stats_value("hot", "colours_wanted_ms"), chromalloc_colour_count());
+  fprintf(stderr, "fit: 85%% of the L2: colours wanted %lld after %lld ms, %lld of %lld colours' sets\n",
+          stats_value("hot", "colours_wanted"), stats_value("hot", "colours_wanted_ms"),
+          stats_value("colours", "eviction_sets"), colours);
   CHECK_EQ(stats_value("hot", "colours_wanted"), 1);
-  CHECK(!colours_off());
-  CHECK(chromalloc_colour_count() > 0);            /* the described L2: ready at once */
+  CHECK_EQ(stats_value("colours", "eviction_sets"), colours);   /* every colour's, for the spread */
 }
 
 int main(int argc, char** argv) {
