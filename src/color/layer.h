@@ -170,6 +170,7 @@ const ca_colour_client_t* _ca_cs_client(void);
 void     _ca_cs_start_worker(void);
 void     _ca_cs_ask(void);              /* the layer is wanted: calibrating */
 bool     _ca_cs_client_waits(void);     /* a client alone, needing no colours yet */
+bool     _ca_cs_client_wants(void);     /* a client wanting every colour's set now */
 /* worker.c */
 void*    _ca_cs_worker_main(void* arg);
 void     _ca_cs_wake_worker(void);

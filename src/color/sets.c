@@ -201,10 +201,15 @@ void _ca_cs_ask(void) {
   atomic_compare_exchange_strong(&L.state, &st, CA_COLOURS_CALIBRATING);
 }
 
+/* a client that wants colours now: every colour's eviction set */
+bool _ca_cs_client_wants(void) {
+  const ca_colour_client_t* c = _ca_cs_client();
+  return c != NULL && (c->wants == NULL || c->wants());
+}
+
 /* a client alone that needs no colours yet: the worker gives it its time without the layer */
 bool _ca_cs_client_waits(void) {
-  const ca_colour_client_t* c = _ca_cs_client();
-  return c != NULL && c->wants != NULL && L.generation == 0 && !c->wants();
+  return _ca_cs_client() != NULL && L.generation == 0 && !_ca_cs_client_wants();
 }
 
 /* The worker, started once (a set registered, or a client), else woken. */

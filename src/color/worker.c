@@ -337,9 +337,7 @@ static void worker(int here) {
 #endif
     /* a client spreading pages wants every colour's set, once it wants colours (the layer may
        have started for a set first): built once, kept as far as found */
-    const ca_colour_client_t* c = _ca_cs_client();
-    bool client = c != NULL && (c->wants == NULL || c->wants());
-    uint32_t want = client && !L.client_built && L.cal.colours > need ? L.cal.colours : need;
+    uint32_t want = _ca_cs_client_wants() && !L.client_built && L.cal.colours > need ? L.cal.colours : need;
     if (L.map.ncolours < want) _ca_cs_build_sets(want, &rng);
     L.client_built = L.client_built || want > need;
     if (L.map.ncolours < need) {
