@@ -119,7 +119,8 @@ static struct {
   bool       on, sampling;            /* the layer (hot pages or lock sets); sampling windows (hot) */
   bool       nested;                  /* ... windows also once a lock set is lockset_nest deep */
   bool       rocs;                    /* ... and for ROCS's profiles (rocs.c) */
-  bool       want;                    /* the colour layer is wanted (hot_fit reached, ROCS, lock sets) */
+  _Atomic(bool) want;                 /* the colour layer is wanted (hot_fit reached, ROCS, lock sets):
+                                         the worker sets it, a program thread may read it */
   uint64_t   want_ns;                 /* ... since then (clock ns) */
   uint32_t   big_periods;             /* periods in a row the hot set reached hot_fit (before) */
   ca_lock_t  lock;                   /* ranges and the arena (program threads tell of ranges) */
@@ -683,15 +684,15 @@ static void rank_alone(void) {
   bool big = seen * 4 >= live * 3 && warm * 100 >= (uint64_t)H.k * (uint64_t)opt[HOT_OPT_FIT] && warm <= 2 * (uint64_t)H.k;
   unlock_h();
   H.big_periods = big ? H.big_periods + 1 : 0;
-  if (H.big_periods >= WANT_PERIODS) { H.want_ns = _ca_clock_ns(); H.want = true; }
+  if (H.big_periods >= WANT_PERIODS) { H.want_ns = _ca_clock_ns(); atomic_store(&H.want, true); }
 }
 
-static bool wants(void) { return H.want; }
+static bool wants(void) { return atomic_load(&H.want); }
 
 static void spread(void) {
+  if (!atomic_load(&H.want)) { rank_alone(); return; }   /* the layer may be up for a set: not for us */
   uint32_t colours = (uint32_t)__builtin_popcountll(_ca_colour_known_mask()), ways = _ca_colour_ways();
   /* spread over too few colours, the hot set would crowd them: three quarters known at least */
-  if (!H.want) { rank_alone(); return; }          /* the layer may be up for a set: not for us */
   if (colours == 0 || ways == 0 || colours * 4 < (uint32_t)_ca_colour_count() * 3) return;
   uint32_t share = (uint32_t)opt[HOT_OPT_SHARE], cap = ways * share / 100 ? ways * share / 100 : 1;
   uint32_t budget = (uint32_t)opt[HOT_OPT_BUDGET];
@@ -859,7 +860,7 @@ static void init(void) {
     return;
   }
   H.nested = _ca_locksets_nest() != 0;
-  H.want = H.rocs || _ca_locksets_on() || opt[HOT_OPT_FIT] == 0;
+  atomic_store(&H.want, H.rocs || _ca_locksets_on() || opt[HOT_OPT_FIT] == 0);
   H.rng = _ca_process_seed() | 1;
   _ca_access_on_change(on_change);
   if (_ca_locksets_on()) _ca_lockset_flavour = CA_FLAVOUR_SPREAD;   /* hot.c spreads what they allocate */
@@ -908,7 +909,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "k", H.k);
   ca_buf_field_u64(b, "threshold", H.threshold);
   ca_buf_field_u64(b, "hot_pages", H.nhot);
-  ca_buf_field_u64(b, "colours_wanted", H.want);
+  ca_buf_field_u64(b, "colours_wanted", atomic_load(&H.want));
   ca_buf_field_u64(b, "colours_wanted_ms", H.want_ns > H.started ? (H.want_ns - H.started) / 1000000 : 0);
   ca_buf_field_u64(b, "measured", H.measured);
   ca_buf_field_u64(b, "unknown", H.unknown);
