@@ -465,7 +465,15 @@ void _ca_page_source_trim(ca_page_source_t* src) {
   src->trimmed = true;
 }
 
-static bool source_arrays(ca_page_source_t* src, size_t npages) {
+/* map's sets and references from colour `from` on: never tested, touched nor given back */
+void _ca_page_source_reserve(ca_page_source_t* src, const ca_colour_map_t* map, uint32_t from) {
+  for (uint32_t c = from; c < map->ncolours; c++) {
+    reserve(src, map->ref[c]);
+    for (uint32_t w = 0; w < map->ways; w++) reserve(src, map->set[c][w]);
+  }
+}
+
+static bool source_arrays(ca_page_source_t* src, size_t npages, const ca_colour_map_t* keep) {
   src->pages = _ca_os_map(npages * sizeof(void*));
   src->reserved = _ca_os_map(npages);
   src->colour = _ca_os_map(npages);
@@ -474,6 +482,7 @@ static bool source_arrays(ca_page_source_t* src, size_t npages) {
   memset(src->colour, 0xff, npages);
   for (size_t i = 0; i < npages; i++) src->pages[i] = src->base + i * CA_OS_PAGE;
   src->npages = npages;
+  if (keep != NULL) _ca_page_source_reserve(src, keep, 0);
   touch_free(src);
   return true;
 }
@@ -484,15 +493,17 @@ bool _ca_page_source_init(ca_page_source_t* src, size_t npages) {
   src->fd = -1;
   src->base = _ca_os_map_aligned(npages * CA_OS_PAGE, (size_t)1 << 21);
   if (src->base != NULL) _ca_os_thp(src->base, npages * CA_OS_PAGE, _ca_env(CA_ENV_THP) != NULL);
-  return source_arrays(src, npages);
+  return source_arrays(src, npages, NULL);
 }
 
-/* The pages of a set file under construction (setfile.c), which stays their owner. */
-bool _ca_page_source_init_file(ca_page_source_t* src, uint8_t* pages, size_t npages, int fd, size_t offset) {
+/* The pages of a set file (setfile.c), which stays their owner: one under construction, or a
+   published one held to grow it (keep: its sets). */
+bool _ca_page_source_init_file(ca_page_source_t* src, uint8_t* pages, size_t npages, int fd, size_t offset,
+                               const ca_colour_map_t* keep) {
   src->fd = fd;
   src->base = pages;
   src->file_offset = offset;
-  return source_arrays(src, npages);
+  return source_arrays(src, npages, keep);
 }
 
 void _ca_page_source_free(ca_page_source_t* src) {
@@ -649,7 +660,7 @@ bool _ca_calibrate(ca_calibration_t* cal, bool quick, bool write_sets) {
      every colour's set from it) */
   size_t npages = quick ? 2048 : 4096;
   bool filed = write_sets && _ca_setfile_create(&file, npages) &&
-               _ca_page_source_init_file(&a_src, file.pages, file.npages, file.fd, (size_t)(file.pages - file.base));
+               _ca_page_source_init_file(&a_src, file.pages, file.npages, file.fd, (size_t)(file.pages - file.base), NULL);
   if (!filed && !_ca_page_source_init(&a_src, npages)) { ca_buf_str(&why, "out of memory"); ok = false; goto out; }
   memset(&a, 0, sizeof a);
   a.ways = cal->ways;

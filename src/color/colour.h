@@ -185,7 +185,10 @@ typedef struct ca_discovery_stats_s {
 } ca_discovery_stats_t;
 
 bool     _ca_page_source_init(ca_page_source_t* src, size_t npages);
-bool     _ca_page_source_init_file(ca_page_source_t* src, uint8_t* pages, size_t npages, int fd, size_t offset);
+/* the pages of a set file; `keep`'s sets (of that file, may be NULL) reserved before any is touched */
+bool     _ca_page_source_init_file(ca_page_source_t* src, uint8_t* pages, size_t npages, int fd, size_t offset,
+                                   const ca_colour_map_t* keep);
+void     _ca_page_source_reserve(ca_page_source_t* src, const ca_colour_map_t* map, uint32_t from);
 void     _ca_page_source_free(ca_page_source_t* src);
 void     _ca_page_source_trim(ca_page_source_t* src);
 int      _ca_colour_classify(ca_probe_t* p, const ca_colour_map_t* map, void* page, uint64_t mask);
@@ -391,6 +394,10 @@ bool _ca_setfile_path(char* out, size_t len);
 bool _ca_setfile_create(ca_setfile_t* f, size_t npages);
 bool _ca_setfile_publish(ca_setfile_t* f, const ca_colour_map_t* map, uint32_t colours, const ca_timing_probe_t* tp);
 bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours);
+bool _ca_setfile_lock(ca_setfile_t* f, uint64_t wait_ms);     /* to build in a published file */
+void _ca_setfile_unlock(ca_setfile_t* f);
+uint32_t _ca_setfile_adopt(const ca_setfile_t* f, ca_colour_map_t* map);
+uint32_t _ca_setfile_extend(ca_setfile_t* f, const ca_colour_map_t* map);
 void _ca_setfile_close(ca_setfile_t* f);
 void _ca_setfile_remove(void);
 bool _ca_setfile_test_spoil(void);             /* test builds only (CA_TEST_HOOKS) */

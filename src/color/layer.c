@@ -57,6 +57,8 @@ void _ca_colour_stats_json(ca_buf_t* b) {
   ca_buf_str(b, "\",\"set_file\":{\"checked\":"); ca_buf_u64(b, L.file_checks);
   ca_buf_field_u64(b, "stale", L.file_stale);
   ca_buf_field_u64(b, "written", L.published);
+  ca_buf_field_u64(b, "extended", L.file_extended);
+  ca_buf_field_u64(b, "adopted", L.file_adopted);
   ca_buf_str(b, "}");
   ca_buf_field_u64(b, "level", L.cal.level);
   ca_buf_field_u64(b, "colours", L.cal.colours);

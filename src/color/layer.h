@@ -47,6 +47,8 @@ typedef struct ca_colour_layer_s {
   uint32_t          sets_origin; /* SETS_NONE, SETS_FILE (loaded), SETS_BUILT (found here) */
   uint32_t          file_checks, file_stale;   /* set files checked; found not to hold */
   uint32_t          published;   /* set files this process wrote */
+  uint32_t          file_extended, file_adopted;   /* sets it added to the file; sets it took
+                                                      from the file that another added meanwhile */
   pthread_t         worker;
   bool              worker_running;
   int               worker_cpu;  /* where it measures (-1: not yet) */

@@ -17,12 +17,13 @@
 
    Path: $CHROMALLOC_SETS (on tmpfs), else /dev/shm/chromalloc-<uid>-<machine hash>.sets (mode
    0600).  A file is written whole under a temporary name and renamed into place: a reader sees a
-   complete file or none.  Its frames can move (the host migrates guest memory, or the guest compacts
+   complete file or none; after that it only grows, by sets appended (below).  Its frames can move (the host migrates guest memory, or the guest compacts
    it), so a process checks the sets it uses before trusting them (start.c) and writes new
    ones over a file that no longer checks out.  The option colour_share=0 keeps a process's sets
    its own. */
 #define _GNU_SOURCE
 #include "layer.h"
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAGIC          "CASETS02"            /* 01: references alike (merged by KSM) */
@@ -174,6 +176,23 @@ bool _ca_setfile_publish(ca_setfile_t* f, const ca_colour_map_t* map, uint32_t c
   return true;
 }
 
+/* sets [from, to) of the header into map */
+static void read_sets(const ca_setfile_t* f, const setfile_header_t* h, ca_colour_map_t* map, uint32_t from, uint32_t to) {
+  for (uint32_t c = from; c < to; c++) {
+    map->ref[c] = f->pages + (size_t)h->ref[c] * CA_OS_PAGE;
+    for (uint32_t w = 0; w < h->ways; w++) map->set[c][w] = f->pages + (size_t)h->set[c][w] * CA_OS_PAGE;
+  }
+}
+
+static bool sets_valid(const setfile_header_t* h, uint32_t from, uint32_t to) {
+  bool ok = true;
+  for (uint32_t c = from; ok && c < to; c++) {
+    ok = h->ref[c] < h->npages;
+    for (uint32_t w = 0; ok && w < h->ways; w++) ok = h->set[c][w] < h->npages;
+  }
+  return ok;
+}
+
 /* Map this machine's set file: its sets into map (known colours, in its order), the level's
    colour count into *colours.  False when there is none, or one for another machine. */
 bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) {
@@ -194,14 +213,12 @@ bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) 
   if (base == MAP_FAILED) { close(fd); return false; }
   const setfile_header_t* h = (const setfile_header_t*)base;
   _ca_machine_key(key, sizeof key);
+  uint32_t known = __atomic_load_n(&h->known, __ATOMIC_ACQUIRE);   /* a builder raises it last */
   bool ok = memcmp(h->magic, MAGIC, 8) == 0 && h->header_pages == HEADER_PAGES &&
             (size_t)(HEADER_PAGES + h->npages) * CA_OS_PAGE <= len && h->ways >= 1 && h->ways <= CA_WAYS_MAX &&
-            h->known >= 1 && h->known <= CA_COLOURS_MAX && h->known <= h->colours && h->colours <= CA_COLOURS_MAX &&
+            known >= 1 && known <= CA_COLOURS_MAX && known <= h->colours && h->colours <= CA_COLOURS_MAX &&
             strncmp(h->machine, key, sizeof h->machine) == 0;
-  for (uint32_t c = 0; ok && c < h->known; c++) {
-    ok = h->ref[c] < h->npages;
-    for (uint32_t w = 0; ok && w < h->ways; w++) ok = h->set[c][w] < h->npages;
-  }
+  ok = ok && sets_valid(h, 0, known);
   if (!ok) { munmap(base, len); close(fd); return false; }
   f->fd = fd;
   f->base = base;
@@ -212,15 +229,68 @@ bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) 
   name_frames(fd, f->pages, f->npages);
   memset(map, 0, sizeof *map);
   map->ways = h->ways;
-  map->ncolours = h->known;
-  for (uint32_t c = 0; c < h->known; c++) {
-    map->ref[c] = f->pages + (size_t)h->ref[c] * CA_OS_PAGE;
-    for (uint32_t w = 0; w < h->ways; w++) map->set[c][w] = f->pages + (size_t)h->set[c][w] * CA_OS_PAGE;
-  }
+  read_sets(f, h, map, 0, known);
+  map->ncolours = known;
   *colours = h->colours;
   f->hint_ratio_pct = h->set_ratio_pct;
   f->hint_passes = h->passes;
   return true;
+}
+
+/* ---- growing a published file ----------------------------------------------------------------
+   A process whose colours the file lacks builds them from the file's holes, so that the next
+   processes load them instead of building them too (each built 16 of 32 for itself, 5 s of its
+   worker's CPU here).  The pages are every process's: one process builds there at a time
+   (flock), after taking the sets another added meanwhile, and raises `known` after writing the
+   sets, so a reader sees the old count or the new one with its sets. */
+
+/* Hold f (published, and still the file at the path) to build in it, waiting up to wait_ms
+   while another process does.  False: busy for longer, or replaced. */
+bool _ca_setfile_lock(ca_setfile_t* f, uint64_t wait_ms) {
+  if (f->fd < 0 || !f->published) return false;
+  for (uint64_t t0 = _ca_clock_ms(); flock(f->fd, LOCK_EX | LOCK_NB) != 0;) {
+    if ((errno != EWOULDBLOCK && errno != EINTR) || _ca_clock_ms() - t0 >= wait_ms) return false;
+    struct timespec t = { 0, 20000000 };
+    nanosleep(&t, NULL);
+  }
+  char path[512];
+  struct stat named, ours;
+  if (!_ca_setfile_path(path, sizeof path) || stat(path, &named) != 0 || fstat(f->fd, &ours) != 0 ||
+      named.st_ino != ours.st_ino || named.st_dev != ours.st_dev) {
+    flock(f->fd, LOCK_UN);
+    return false;
+  }
+  return true;
+}
+
+void _ca_setfile_unlock(ca_setfile_t* f) { flock(f->fd, LOCK_UN); }
+
+/* (held) The sets another process added since map was read, appended to map: how many. */
+uint32_t _ca_setfile_adopt(const ca_setfile_t* f, ca_colour_map_t* map) {
+  const setfile_header_t* h = (const setfile_header_t*)f->base;
+  uint32_t from = map->ncolours, to = __atomic_load_n(&h->known, __ATOMIC_ACQUIRE);
+  if (to <= from || to > CA_COLOURS_MAX || h->ways != map->ways || !sets_valid(h, from, to)) return 0;
+  read_sets(f, h, map, from, to);
+  map->ncolours = to;
+  return to - from;
+}
+
+/* (held) map's sets beyond the file's known ones, all pages of f, added to it: how many. */
+uint32_t _ca_setfile_extend(ca_setfile_t* f, const ca_colour_map_t* map) {
+  setfile_header_t* h = (setfile_header_t*)f->base;
+  uint32_t c = h->known;
+  if (h->ways != map->ways) return 0;
+  for (; c < map->ncolours && c < h->colours; c++) {
+    uint32_t ref = page_no(f, map->ref[c]), set[CA_WAYS_MAX];
+    bool ours = ref != NO_PAGE;
+    for (uint32_t w = 0; w < map->ways && ours; w++) ours = (set[w] = page_no(f, map->set[c][w])) != NO_PAGE;
+    if (!ours) break;
+    h->ref[c] = ref;
+    memcpy(h->set[c], set, map->ways * sizeof *set);
+  }
+  uint32_t added = c - h->known;
+  if (added) __atomic_store_n(&h->known, c, __ATOMIC_RELEASE);
+  return added;
 }
 
 void _ca_setfile_close(ca_setfile_t* f) {

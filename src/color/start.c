@@ -164,8 +164,8 @@ static bool file_sets_hold(uint32_t n) {
   return true;
 }
 
-/* The set file's sets (opened, m and colours), when the file holds the colours the registered
-   sets need (at least two) and they check out: then they are the map.  The file's colour count
+/* The set file's sets (opened, m and colours), when those the registered sets need (at least
+   two; all the file has when it has fewer) check out: then they are the map.  The file's colour count
    is the process's: every process that loads it names the colours alike. */
 static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
   ca_colour_map_t m = *opened;
@@ -186,10 +186,13 @@ static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
      reference outside the pair read 132-170% through two looks 200 ms apart, and the next
      process passed the same file): building sets anew costs 0.5 s of CPU and 9 MiB, a look a
      few ms, so up to five looks over 0.75 s before the file is called stale. */
-  bool enough = need <= m.ncolours, hold = false;
+  /* a file with fewer colours than needed is kept when the ones it has hold: the worker builds
+     the rest into it (build_source) */
+  uint32_t check = need <= m.ncolours ? need : m.ncolours;
+  bool enough = check >= 2, hold = false;
   for (int look = 0; look < 5 && enough && !hold; look++) {
     if (look > 0) { struct timespec t = { 0, 50000000L << (look - 1) }; nanosleep(&t, NULL); }
-    hold = file_sets_hold(need);
+    hold = file_sets_hold(check);
   }
   if (hold) {
     L.probe.set_ratio_pct = L.effect_pct;           /* what the sets read on their references now */
@@ -207,36 +210,57 @@ static bool load_setfile(const ca_colour_map_t* opened, uint32_t colours) {
   return false;
 }
 
+/* How long a process waits for another building in the set file before it builds its sets in
+   pages of its own (which it cannot share): building a colour's set takes 0.1-0.3 s here. */
+#define FILE_WAIT_MS 30000
+
 /* Pages to build sets from: those of a new set file, when no set is known yet and sharing is
-   on, else the process's own.  False: no memory. */
-static bool build_source(void) {
+   on; the loaded or published file's holes, held (*held) while this process builds there; else
+   the process's own.  False: no memory. */
+static bool build_source(bool* held) {
+  *held = false;
+  if (L.src.npages == 0 && L.map.ncolours == 0) {
+    L.src.fd = -1;
+    if (_ca_setfile_create(&L.file, 4096) && _ca_page_source_init_file(&L.src, L.file.pages, L.file.npages, L.file.fd, (size_t)(L.file.pages - L.file.base), NULL))
+      return true;
+    if (L.file.built) _ca_setfile_close(&L.file);
+  }
+  bool filed = L.src.npages ? L.src.fd >= 0 : L.sets_origin == SETS_FILE && L.file.fd >= 0;
+  if (filed && L.file.published) {
+    if (_ca_setfile_lock(&L.file, FILE_WAIT_MS)) {
+      uint32_t from = L.map.ncolours;
+      L.file_adopted += _ca_setfile_adopt(&L.file, &L.map);
+      if (L.src.npages) _ca_page_source_reserve(&L.src, &L.map, from);
+      if (L.src.npages || _ca_page_source_init_file(&L.src, L.file.pages, L.file.npages, L.file.fd, (size_t)(L.file.pages - L.file.base), &L.map))
+        return *held = true;
+      _ca_setfile_unlock(&L.file);
+    }
+    if (L.src.npages) _ca_page_source_free(&L.src);   /* the file's pages are left to their builder */
+  }
   if (L.src.npages) return true;
-  L.src.fd = -1;
-  if (L.map.ncolours == 0 && _ca_setfile_create(&L.file, 4096) &&
-      _ca_page_source_init_file(&L.src, L.file.pages, L.file.npages, L.file.fd, (size_t)(L.file.pages - L.file.base)))
-    return true;
-  if (L.file.built) _ca_setfile_close(&L.file);
   return _ca_page_source_init(&L.src, 4096);
 }
 
-/* The sets built here go to the set file for the user's other processes (when they are the
-   file's pages: sets added to a loaded file's stay this process's). */
-static void publish(void) {
-  if (L.src.fd >= 0 && L.file.built && L.map.ncolours >= 2 &&
-      _ca_setfile_publish(&L.file, &L.map, L.cal.colours, &L.probe))
-    L.published++;
+/* The sets built here go to the set file for the user's other processes, when they are the
+   file's pages: a new file whole, a held one by the sets it lacks. */
+static void publish(bool held) {
+  if (L.src.fd < 0 || L.map.ncolours < 2) return;
+  if (held) L.file_extended += _ca_setfile_extend(&L.file, &L.map);
+  else if (L.file.built && !L.file.published && _ca_setfile_publish(&L.file, &L.map, L.cal.colours, &L.probe)) L.published++;
 }
 
 void _ca_cs_build_sets(uint32_t need, uint64_t* rng) {
-  if (!build_source()) return;
+  bool held;
+  if (!build_source(&held)) return;
   uint32_t had = L.map.ncolours;
   for (int attempt = 0; attempt < 3 && L.map.ncolours < need; attempt++)
     _ca_colour_discover(&L.probe.base, &L.map, &L.src, need, L.cal.colours, 60000, rng, &L.disc);
   if (L.map.ncolours > had) {
     if (L.sets_origin == SETS_NONE) L.sets_origin = SETS_BUILT;
-    publish();
+    publish(held);
   }
   if (!L.src.trimmed) _ca_page_source_trim(&L.src);   /* 16 MiB of calibration pages */
+  if (held) _ca_setfile_unlock(&L.file);
 }
 
 enum { START_OK, START_RETRY, START_NEVER };
@@ -292,7 +316,8 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
     *why = "timing cannot tell the L2 from what lies beyond it";
     return START_RETRY;
   }
-  if (!build_source()) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
+  bool held;
+  if (!build_source(&held)) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
   if (!L.cal_from_profile) {
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
     t0 = _ca_clock_ns();
@@ -307,7 +332,7 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
     if (L.cal.colours < 2 || L.cal.colours < L.map.ncolours) { *why = "could not measure the colours of the L2"; return START_RETRY; }
     L.cal.measured_size = (uint64_t)L.cal.colours * L.cal.ways * CA_OS_PAGE;
     L.sets_origin = SETS_BUILT;
-    publish();
+    publish(false);
   }
   return START_OK;
 }

@@ -9,7 +9,9 @@
    sets and writes the file; the next loads them, builds none, and names the colours alike (the
    simulated colour of each colour's reference is the same in both); a file whose sets no longer
    hold (two sets of different pairs trade a member) is found out, and its sets built and
-   written anew; with colour_share=0 no file is read or written. */
+   written anew; with colour_share=0 no file is read or written.  A file with fewer colours than
+   a process needs grows in place: the next process loads them all, and two growing it at once
+   take turns. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include "../../src/color/layer.h"
@@ -196,6 +198,91 @@ static int loads_shared(void* arg) {
   return check_failures;
 }
 
+/* the file's sets hold this process's names: colour c of the map is the file's colour c, and
+   the file knows at least as many (*known); the file's inode into *ino */
+static bool names_agree(uint32_t* known, ino_t* ino) {
+  ca_setfile_t f;
+  ca_colour_map_t m;
+  uint32_t colours;
+  struct stat st;
+  if (!_ca_setfile_open(&f, &m, &colours)) return false;
+  bool ok = m.ncolours >= L.map.ncolours && fstat(f.fd, &st) == 0;
+  for (uint32_t c = 0; ok && c < L.map.ncolours; c++) ok = _ca_sim_colour(m.ref[c]) == _ca_sim_colour(L.map.ref[c]);
+  *known = m.ncolours;
+  *ino = st.st_ino;
+  _ca_setfile_close(&f);
+  return ok;
+}
+
+static ino_t file_ino(void) {
+  struct stat st;
+  return stat(getenv("CHROMALLOC_SETS"), &st) == 0 ? st.st_ino : 0;
+}
+
+/* a set needing more colours than the file has: the file's sets are kept, and the rest built
+   into the same file (no new file written), the colours it had keeping their names */
+static int extends_shared(void* arg) {
+  FILE* cf = fopen(arg, "r");
+  for (int c = 0; c < 4 && cf; c++) CHECK(fscanf(cf, "%d", &first_colours[c]) == 1);
+  if (cf) fclose(cf);
+  ino_t before = file_ino();
+  uint32_t had = 0, known = 0;
+  ino_t ino = 0;
+  CHECK(names_agree(&had, &ino));
+  int id = _ca_colour_set(0, 3, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK(json_has("\"sets_from\":\"set file\""));
+  CHECK_EQ(stats_value("set_file", "stale"), 0);
+  CHECK_EQ(stats_value("set_file", "written"), 0);
+  CHECK(L.map.ncolours >= 3 * L.cal.colours / 8 && L.map.ncolours > had);
+  CHECK_EQ(stats_value("set_file", "extended"), (long long)(L.map.ncolours - had));
+  CHECK(names_agree(&known, &ino));
+  CHECK_EQ(known, L.map.ncolours);
+  CHECK(ino == before && before != 0);
+  int got[CA_COLOURS_MAX];
+  reference_colours(got, 4);
+  for (int c = 0; c < 4; c++) CHECK_EQ(got[c], first_colours[c]);
+  return check_failures;
+}
+
+/* ... which the next process loads, building none */
+static int loads_extended(void* arg) {
+  int id = _ca_colour_set(0, 3, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK(json_has("\"sets_from\":\"set file\""));
+  CHECK_EQ(stats_value("colours", "set_builds"), 0);
+  CHECK_EQ(stats_value("set_file", "extended"), 0);
+  return check_failures;
+}
+
+/* two processes at once needing half the colours: one builds in the file at a time, each
+   taking what the other added; neither writes a file of its own nor names a colour otherwise */
+static int extends_beside(void* arg) {
+  int id = _ca_colour_set(0, 1, 2);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK(json_has("\"sets_from\":\"set file\""));
+  CHECK_EQ(stats_value("set_file", "written"), 0);
+  CHECK(L.map.ncolours >= L.cal.colours / 2);
+  uint32_t known = 0;
+  ino_t ino = 0;
+  CHECK(names_agree(&known, &ino));
+  CHECK(ino == *(ino_t*)arg);
+  return check_failures;
+}
+
+static int fork_together(int (*child)(void*), void* arg) {
+  pid_t pid[2];
+  int ok = 0;
+  for (int k = 0; k < 2; k++)
+    if ((pid[k] = fork()) == 0) { check_failures = check_passes = 0; _exit(child(arg)); }
+  for (int k = 0; k < 2; k++) {
+    int status;
+    waitpid(pid[k], &status, 0);
+    ok += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  return ok;
+}
+
 static int finds_stale(void* arg) {
   CHECK(_ca_setfile_test_spoil());
   int id = _ca_colour_set(0, 1, 8);
@@ -229,6 +316,10 @@ int main(void) {
     snprintf(colours, sizeof colours, "%s/colours", getenv("TEST_WORK"));
     CHECK_EQ(fork_children(1, builds_and_writes, colours, "set file written"), 1);
     CHECK_EQ(fork_children(1, loads_shared, colours, "set file loaded"), 1);
+    CHECK_EQ(fork_children(1, extends_shared, colours, "set file extended"), 1);
+    CHECK_EQ(fork_children(1, loads_extended, NULL, "extended file loaded"), 1);
+    ino_t ino = file_ino();
+    CHECK_EQ(fork_together(extends_beside, &ino), 2);
     CHECK_EQ(fork_children(1, finds_stale, NULL, "stale set file"), 1);
     CHECK_EQ(fork_children(1, not_shared, NULL, "colour_share=0"), 1);
   }
