@@ -86,6 +86,8 @@ def suite(build):
     add("hot", [exe("hot", "internal")], {"CHROMALLOC_OPTIONS": "hot=1,hot_budget=8,hot_fit=0"})
     # ... and no colour layer for a hot set random frames fit, one for a set near the L2's size
     add("hot-fit", [exe("hot", "internal"), "fit"], {"CHROMALLOC_OPTIONS": "hot=1,hot_delay=0,hot_period=20"})
+    # ... the ranges threads note, with no worker to apply them
+    add("hot-ranges", [exe("hot", "internal"), "ranges"], {"CHROMALLOC_OPTIONS": "hot=1,hot_delay=3600000"})
     add("partition", [exe("partition", "internal")])
     # ROCS: the search's pieces, then its loop on a scripted stream (gain: confined; loss: given
     # back; fixed: half the stack confined without a search)

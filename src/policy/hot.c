@@ -49,6 +49,7 @@
 #define _GNU_SOURCE
 #include "hot.h"
 #include "locksets.h"
+#include "rangelog.h"
 #include "rocs.h"
 #include "../monitor/monitor.h"
 #include "../monitor/locks.h"
@@ -330,7 +331,8 @@ static void compact(void) {
 #define BLOCK_MAX 1024
 #define BIG_MAX   16384              /* pages: larger objects are not tracked (64 MiB) */
 
-static void add_range(uint8_t* p, size_t bytes, bool locked) {
+/* (H.lock held) */
+static void add_range_held(uint8_t* p, size_t bytes, bool locked) {
   uint32_t block = _ca_block_size_of(p);
   bool traps = block != 0 && block < BLOCK_MAX;
   bool profiled = H.rocs && !locked && block == 0 && bytes / CA_OS_PAGE >= _ca_rocs_min_pages() && bytes / CA_OS_PAGE <= 4 * BIG_MAX;
@@ -340,8 +342,7 @@ static void add_range(uint8_t* p, size_t bytes, bool locked) {
   uint8_t* hi = (uint8_t*)(((uintptr_t)p + bytes) & ~(uintptr_t)(CA_OS_PAGE - 1));
   if (hi <= lo) return;
   size_t pages = (size_t)(hi - lo) / CA_OS_PAGE;
-  lock_h();
-  if (index_find(lo) != SIZE_MAX) { unlock_h(); return; }   /* known (a release unseen) */
+  if (index_find(lo) != SIZE_MAX) return;         /* known (a release unseen) */
   if (H.used + pages > PAGES) compact();
   if (H.n < RANGES && H.used + pages <= PAGES) {
     index_put(lo, H.n);
@@ -354,6 +355,19 @@ static void add_range(uint8_t* p, size_t bytes, bool locked) {
     if (H.prof != NULL) memset(H.prof + H.used, 0, pages * sizeof *H.prof);
     H.used += pages;
   } else H.untracked_pages += pages;
+}
+
+static void apply_logged(void* p, size_t bytes) { add_range_held(p, bytes, false); }
+
+/* every range the program's threads have noted, applied (H.lock held) */
+static void drain(void) { _ca_rlog_drain(apply_logged); }
+
+/* a lock set's range (its set is the calling thread's now) or one the thread's log cannot take
+   (after the log: a range keeps its place in the arena's order) */
+static void add_range(uint8_t* p, size_t bytes, bool locked) {
+  lock_h();
+  _ca_rlog_drain_mine(apply_logged);
+  add_range_held(p, bytes, locked);
   unlock_h();
 }
 
@@ -396,6 +410,7 @@ int _ca_hot_heat_of(const void* p) {
   if (!H.on) return -1;
   const uint8_t* page = (const uint8_t*)((uintptr_t)p & ~(uintptr_t)(CA_OS_PAGE - 1));
   lock_h();
+  drain();
   long at = entry_of(page);
   int h = at >= 0 ? H.heat[at] : -1;
   unlock_h();
@@ -408,9 +423,11 @@ static void on_range(void* p, size_t n, bool added, uint32_t flavour) {
   /* a fork child, before its handlers are done: the core's hands back its kept objects while
      H.lock is still held by the fork (this thread, in the parent) */
   bool child = atomic_load_explicit(&H.forking, ca_acquire) && getpid() != H.fork_pid;
-  if (child) _ca_lock_reset(&H.lock);
-  if (added) add_range(p, n, locked);
-  else remove_range(p, n);
+  if (child) { _ca_lock_reset(&H.lock); _ca_rlog_unlock_all(); }
+  /* holding: its own log's lock is taken too (a signal handler's system call: on_change) */
+  bool logged = false;
+  if (!locked && !(child && added)) { holding = true; logged = added ? _ca_rlog_add(p, n) : _ca_rlog_strike(p); holding = false; }
+  if (!logged) { if (added) add_range(p, n, locked); else remove_range(p, n); }
   if (child) lock_h();
 }
 
@@ -438,6 +455,7 @@ static void on_change(uintptr_t lo, uintptr_t hi) {
   uint8_t* b = hi - lo <= 65536 ? _ca_span_memory_of((const void*)(hi - 1)) : NULL;
   if (hi - lo <= 65536 && a == NULL && b == NULL) return;      /* not span memory: not tracked */
   lock_h();
+  drain();
   if (hi - lo <= 65536) {
     for (int k = 0; k < 2; k++) {
       uint8_t* base = (uint8_t*)(((uintptr_t)(k ? b : a) + CA_OS_PAGE - 1) & ~(uintptr_t)(CA_OS_PAGE - 1));
@@ -777,6 +795,9 @@ static void spread(void) {
 
 /* the colour worker's turn: a window opened or closed; ms until the next */
 static uint64_t work(void) {
+  lock_h();
+  drain();
+  unlock_h();
   uint64_t now = _ca_clock_ns();
   if (H.rocs) _ca_monitor_measure();                 /* the reload's thresholds, once */
   /* lock sets alone: their pages are hot as they come; windows only for the nested check */
@@ -903,6 +924,7 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "skipped", H.scan.skipped);
   ca_buf_field_u64(b, "backtracks", H.scan.backtracks);
   ca_buf_field_u64(b, "ranges", H.n);
+  ca_buf_field_u64(b, "ranges_struck", _ca_rlog_struck());   /* given back by then, never applied */
   ca_buf_field_u64(b, "pages", H.used);
   ca_buf_field_u64(b, "untracked_pages", H.untracked_pages);
   ca_buf_field_u64(b, "excluded_ranges", H.excluded);
@@ -936,17 +958,23 @@ static void stats(ca_buf_t* b) {
 
 static void fork_prepare(void) {
   lock_h();
+  _ca_rlog_fork_prepare();
   H.fork_pid = getpid();
   atomic_store_explicit(&H.forking, true, ca_release);
 }
-static void fork_parent(void) { atomic_store_explicit(&H.forking, false, ca_release); unlock_h(); }
+static void fork_parent(void) { atomic_store_explicit(&H.forking, false, ca_release); _ca_rlog_fork_parent(); unlock_h(); }
 /* A fork child tracks its own hot pages with a worker of its own, started at its first system
    call after hot_delay (not here: a child that execs at once pays nothing).  It keeps the
    ranges and their heat; colours are measured again (a page it writes gets a frame of its own). */
 static void fork_child(void) {
   atomic_store_explicit(&H.forking, false, ca_release);
   _ca_lock_reset(&H.lock);
+  _ca_rlog_unlock_all();
   holding = false;
+  lock_h();                                /* the other threads' ranges are the child's too */
+  drain();
+  unlock_h();
+  _ca_rlog_fork_child();
   _ca_access_fork_child();
   _ca_colour_partition_fork_child();
   H.nlanes = 0;
@@ -987,7 +1015,14 @@ void _ca_hot_test_busy(void* page) { atomic_store(&H.busy, (uint8_t*)page); }   
 /* a slice of the L2 is given back at exit, not when the slot goes stale */
 __attribute__((destructor)) static void leave(void) { if (H.on) _ca_colour_partition_leave(); }
 
-static void thread_done(void) { if (H.on) _ca_access_thread_leaving(); }
+static void thread_done(void) {
+  if (!H.on) return;
+  _ca_access_thread_leaving();
+  lock_h();
+  drain();
+  _ca_rlog_thread_done();
+  unlock_h();
+}
 
 const ca_layer_t _ca_layer_hot = {
   .name = "hot", .options = options, .values = opt, .noptions = HOT_OPT_COUNT,

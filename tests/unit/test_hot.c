@@ -17,7 +17,8 @@
    3. Quiet: nothing armed, and armed ranges opened, from a thread's exit until it is gone,
       during posix_spawn, and after vfork.
    4. Nested: a signal handler's system calls inside our own locked sections go on; a fork
-      child's worker is not started from one. */
+      child's worker is not started from one.
+   5. (ranges) The ranges the program's threads note in logs of their own, as below. */
 #include "check.h"
 #include "../../src/policy/hot.h"
 #include "../../src/color/colour.h"
@@ -650,10 +651,64 @@ static void fit(void) {
   CHECK_EQ(stats_value("colours", "eviction_sets"), colours);   /* every colour's, for the spread */
 }
 
+/* Ranges kept in their threads' logs (rangelog.c), run with a worker that never starts (so
+   only the logs' own drains apply them): every live range is seen when asked for, from any
+   thread, after its thread ended, past a full log and in a fork child; every range given back
+   is gone, struck out of the log of the thread that noted it or of another's (a remote free),
+   or removed once applied; a thread's own churn never reaches the shared index. */
+#define BIG (256 << 10)                /* a large object: tracked, write-protected */
+static void* big_in_thread(void* arg) {
+  void** out = arg;
+  for (int i = 0; i < 100; i++) out[i] = malloc(BIG);
+  return NULL;
+}
+static void* free_in_thread(void* arg) { free(arg); return NULL; }
+static void ranges(void) {
+  void* p[100];
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, big_in_thread, p) == 0);   /* more than a log holds; the thread ends */
+  pthread_join(t, NULL);
+  int seen = 0;
+  for (int i = 0; i < 100; i++) seen += _ca_hot_heat_of(p[i]) >= 0;
+  CHECK_EQ(seen, 100);
+  long long struck = stats_value("hot", "ranges_struck"), n = stats_value("hot", "ranges");
+  for (int i = 0; i < 1000; i++) { void* volatile q = malloc(BIG); free(q); }   /* this thread's churn */
+  CHECK_EQ(stats_value("hot", "ranges_struck"), struck + 1000);
+  CHECK_EQ(stats_value("hot", "ranges"), n);
+  for (int i = 0; i < 50; i++) free(p[i]);                  /* applied: removed */
+  for (int i = 50; i < 100; i++) { CHECK(pthread_create(&t, NULL, free_in_thread, p[i]) == 0); pthread_join(t, NULL); }
+  seen = 0;
+  for (int i = 0; i < 100; i++) seen += _ca_hot_heat_of(p[i]) >= 0;
+  CHECK_EQ(seen, 0);
+  /* noted here, freed by another thread: struck out of this thread's log */
+  void* q = malloc(BIG);
+  struck = stats_value("hot", "ranges_struck");
+  CHECK(pthread_create(&t, NULL, free_in_thread, q) == 0);
+  pthread_join(t, NULL);
+  CHECK_EQ(stats_value("hot", "ranges_struck"), struck + 1);
+  CHECK(_ca_hot_heat_of(q) < 0);
+  /* noted in the parent, seen in a fork child; freed there, gone */
+  q = malloc(BIG);
+  pid_t pid = fork();
+  if (pid == 0) {
+    bool ok = _ca_hot_heat_of(q) >= 0;
+    free(q);
+    ok = ok && _ca_hot_heat_of(q) < 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(_ca_hot_heat_of(q) >= 0);
+  free(q);
+  CHECK(_ca_hot_heat_of(q) < 0);
+}
+
 int main(int argc, char** argv) {
   require_chromalloc("test_hot");
   if (chromalloc_option("hot") != 1) { fprintf(stderr, "test_hot: run with CHROMALLOC_OPTIONS=hot=1\n"); return 2; }
   if (argc > 1 && strcmp(argv[1], "fit") == 0) { fit(); return check_done("test_hot fit"); }
+  if (argc > 1 && strcmp(argv[1], "ranges") == 0) { ranges(); return check_done("test_hot ranges"); }
   pieces();
   ranking();
   quiet();
