@@ -387,6 +387,7 @@ typedef struct ca_setfile_s {
   size_t   npages;
   bool     built;                              /* made by this process (else loaded) */
   bool     published;                          /* named in the file system */
+  uint64_t dev, ino;                           /* which file fd is (the program may close it) */
   uint32_t hint_ratio_pct, hint_passes;        /* what its sets read when they were found */
 } ca_setfile_t;
 

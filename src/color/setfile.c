@@ -108,12 +108,14 @@ bool _ca_setfile_create(ca_setfile_t* f, size_t npages) {
   if (fd < 0 || !keeps_frames(fd) || ftruncate(fd, (off_t)len) != 0) { if (fd >= 0) close(fd); return false; }
   uint8_t* base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) { close(fd); return false; }
+  struct stat st;
   f->fd = fd;
   f->base = base;
   f->len = len;
   f->pages = base + HEADER_PAGES * CA_OS_PAGE;
   f->npages = npages;
   f->built = true;
+  if (fstat(fd, &st) == 0) { f->dev = (uint64_t)st.st_dev; f->ino = (uint64_t)st.st_ino; }
   name_frames(fd, f->pages, npages);
   return true;
 }
@@ -226,6 +228,8 @@ bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) 
   f->pages = base + HEADER_PAGES * CA_OS_PAGE;
   f->npages = h->npages;
   f->published = true;
+  f->dev = (uint64_t)st.st_dev;
+  f->ino = (uint64_t)st.st_ino;
   name_frames(fd, f->pages, f->npages);
   memset(map, 0, sizeof *map);
   map->ways = h->ways;
@@ -247,16 +251,17 @@ bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) 
 /* Hold f (published, and still the file at the path) to build in it, waiting up to wait_ms
    while another process does.  False: busy for longer, or replaced. */
 bool _ca_setfile_lock(ca_setfile_t* f, uint64_t wait_ms) {
-  if (f->fd < 0 || !f->published) return false;
+  struct stat named, ours;
+  /* still our file under its number: a program's own file there must not be locked (nor let go) */
+  if (f->fd < 0 || !f->published || fstat(f->fd, &ours) != 0 || (uint64_t)ours.st_dev != f->dev || (uint64_t)ours.st_ino != f->ino)
+    return false;
   for (uint64_t t0 = _ca_clock_ms(); flock(f->fd, LOCK_EX | LOCK_NB) != 0;) {
     if ((errno != EWOULDBLOCK && errno != EINTR) || _ca_clock_ms() - t0 >= wait_ms) return false;
     struct timespec t = { 0, 20000000 };
     nanosleep(&t, NULL);
   }
   char path[512];
-  struct stat named, ours;
-  if (!_ca_setfile_path(path, sizeof path) || stat(path, &named) != 0 || fstat(f->fd, &ours) != 0 ||
-      named.st_ino != ours.st_ino || named.st_dev != ours.st_dev) {
+  if (!_ca_setfile_path(path, sizeof path) || stat(path, &named) != 0 || named.st_ino != ours.st_ino || named.st_dev != ours.st_dev) {
     flock(f->fd, LOCK_UN);
     return false;
   }
