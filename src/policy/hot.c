@@ -155,6 +155,7 @@ static struct {
   pid_t      fork_pid;               /* ... in this process */
   uint64_t   child_deferred;         /* its start put off: a call from a signal handler, maybe */
   uint32_t   hist[256], threshold, k, nhot;
+  uint64_t   live, seen_once;             /* tracked pages, those armed once (find_hot counts) */
   uint32_t   before[CA_COLOURS_MAX], now[CA_COLOURS_MAX];   /* the hot pages per colour, as first
                                                                measured and now */
   /* statistics */
@@ -597,8 +598,11 @@ static void close_window(void) {
 /* the hot pages (the hottest k at most), hottest first, and the threshold (H.lock held) */
 static void find_hot(uint32_t k) {
   memset(H.hist, 0, sizeof H.hist);
-  for (uint32_t i = 0; i < H.n; i++)
-    for (uint32_t p = 0; p < H.r[i].pages; p++) H.hist[H.heat[H.r[i].at + p]]++;
+  H.live = H.seen_once = 0;
+  for (uint32_t i = 0; i < H.n; i++) {
+    H.live += H.r[i].pages;
+    for (uint32_t p = 0; p < H.r[i].pages; p++) { H.hist[H.heat[H.r[i].at + p]]++; H.seen_once += H.seen[H.r[i].at + p] != 0; }
+  }
   uint32_t thr = _ca_hot_threshold(H.hist, k);
   H.threshold = thr < HOT_MIN ? HOT_MIN : thr;
   /* the hottest k, hottest first, by the histogram's counts (nothing may allocate here:
@@ -693,13 +697,9 @@ static void rank_alone(void) {
   lock_h();
   H.k = (uint32_t)(_ca_machine_l2() / CA_OS_PAGE * (uint64_t)opt[HOT_OPT_SHARE] / 100);
   find_hot(H.k);
-  uint64_t warm = 0, seen = 0, live = 0;
+  uint64_t warm = 0;
   for (uint32_t h = HOT_MIN; h < 256; h++) warm += H.hist[h];
-  for (uint32_t i = 0; i < H.n; i++) {
-    live += H.r[i].pages;
-    for (uint32_t p = 0; p < H.r[i].pages; p++) seen += H.seen[H.r[i].at + p] != 0;
-  }
-  bool big = seen * 4 >= live * 3 && warm * 100 >= (uint64_t)H.k * (uint64_t)opt[HOT_OPT_FIT] && warm <= 2 * (uint64_t)H.k;
+  bool big = H.seen_once * 4 >= H.live * 3 && warm * 100 >= (uint64_t)H.k * (uint64_t)opt[HOT_OPT_FIT] && warm <= 2 * (uint64_t)H.k;
   unlock_h();
   H.big_periods = big ? H.big_periods + 1 : 0;
   if (H.big_periods >= WANT_PERIODS) { H.want_ns = _ca_clock_ns(); atomic_store(&H.want, true); }
