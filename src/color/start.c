@@ -316,7 +316,7 @@ static int calibrate_or_load(uint64_t* rng, const char** why) {
     *why = "timing cannot tell the L2 from what lies beyond it";
     return START_RETRY;
   }
-  bool held;
+  bool held;                                       /* never: no set is known here */
   if (!build_source(&held)) { _ca_cs_set_state(CA_COLOURS_UNAVAILABLE, "out of memory"); return START_NEVER; }
   if (!L.cal_from_profile) {
     uint32_t expected = l2 != NULL && l2->ways ? (uint32_t)(l2->size / l2->ways / CA_OS_PAGE) : 0;
