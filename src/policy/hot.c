@@ -1019,7 +1019,7 @@ static void thread_done(void) {
   if (!H.on) return;
   _ca_access_thread_leaving();
   lock_h();
-  drain();
+  _ca_rlog_drain_mine(apply_logged);
   _ca_rlog_thread_done();
   unlock_h();
 }
