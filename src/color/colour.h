@@ -388,6 +388,7 @@ typedef struct ca_setfile_s {
   bool     built;                              /* made by this process (else loaded) */
   bool     published;                          /* named in the file system */
   uint64_t dev, ino;                           /* which file fd is (the program may close it) */
+  int      lock_fd;                            /* held to build in it (-1: not) */
   uint32_t hint_ratio_pct, hint_passes;        /* what its sets read when they were found */
 } ca_setfile_t;
 
@@ -397,6 +398,7 @@ bool _ca_setfile_publish(ca_setfile_t* f, const ca_colour_map_t* map, uint32_t c
 bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours);
 bool _ca_setfile_lock(ca_setfile_t* f, uint64_t wait_ms);     /* to build in a published file */
 void _ca_setfile_unlock(ca_setfile_t* f);
+void _ca_setfile_fork_child(ca_setfile_t* f);
 uint32_t _ca_setfile_adopt(const ca_setfile_t* f, ca_colour_map_t* map);
 uint32_t _ca_setfile_extend(ca_setfile_t* f, const ca_colour_map_t* map);
 void _ca_setfile_close(ca_setfile_t* f);

@@ -95,7 +95,7 @@ static void name_frames(int fd, uint8_t* pages, size_t npages) {
 bool _ca_setfile_create(ca_setfile_t* f, size_t npages) {
   char path[512];
   memset(f, 0, sizeof *f);
-  f->fd = -1;
+  f->fd = f->lock_fd = -1;
   if (_ca_colour_opt(CA_COPT_SHARE) == 0 || !_ca_setfile_path(path, sizeof path)) return false;
   char dir[512];
   memcpy(dir, path, sizeof dir);
@@ -200,7 +200,7 @@ static bool sets_valid(const setfile_header_t* h, uint32_t from, uint32_t to) {
 bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) {
   char path[512], key[256];
   memset(f, 0, sizeof *f);
-  f->fd = -1;
+  f->fd = f->lock_fd = -1;
   if (_ca_colour_opt(CA_COPT_SHARE) == 0 || !_ca_setfile_path(path, sizeof path)) return false;
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   struct stat st;
@@ -249,26 +249,42 @@ bool _ca_setfile_open(ca_setfile_t* f, ca_colour_map_t* map, uint32_t* colours) 
    sets, so a reader sees the old count or the new one with its sets. */
 
 /* Hold f (published, and still the file at the path) to build in it, waiting up to wait_ms
-   while another process does.  False: busy for longer, or replaced. */
+   while another process does.  False: busy for longer, or replaced.  The lock is taken on a
+   descriptor of its own: the file's mapping holds the descriptor f->fd was opened as, and a
+   fork child holding that mapping would keep a lock on it alive after this process died. */
 bool _ca_setfile_lock(ca_setfile_t* f, uint64_t wait_ms) {
-  struct stat named, ours;
-  /* still our file under its number: a program's own file there must not be locked (nor let go) */
-  if (f->fd < 0 || !f->published || fstat(f->fd, &ours) != 0 || (uint64_t)ours.st_dev != f->dev || (uint64_t)ours.st_ino != f->ino)
-    return false;
-  for (uint64_t t0 = _ca_clock_ms(); flock(f->fd, LOCK_EX | LOCK_NB) != 0;) {
-    if ((errno != EWOULDBLOCK && errno != EINTR) || _ca_clock_ms() - t0 >= wait_ms) return false;
-    struct timespec t = { 0, 20000000 };
-    nanosleep(&t, NULL);
-  }
   char path[512];
-  if (!_ca_setfile_path(path, sizeof path) || stat(path, &named) != 0 || named.st_ino != ours.st_ino || named.st_dev != ours.st_dev) {
-    flock(f->fd, LOCK_UN);
-    return false;
+  struct stat st;
+  if (f->fd < 0 || !f->published || !_ca_setfile_path(path, sizeof path)) return false;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  bool ok = fstat(fd, &st) == 0 && (uint64_t)st.st_dev == f->dev && (uint64_t)st.st_ino == f->ino;
+  for (uint64_t t0 = _ca_clock_ms(); ok && flock(fd, LOCK_EX | LOCK_NB) != 0;) {
+    ok = (errno == EWOULDBLOCK || errno == EINTR) && _ca_clock_ms() - t0 < wait_ms;
+    struct timespec t = { 0, 20000000 };
+    if (ok) nanosleep(&t, NULL);
   }
+  if (!ok) { close(fd); return false; }
+  f->lock_fd = fd;
   return true;
 }
 
-void _ca_setfile_unlock(ca_setfile_t* f) { flock(f->fd, LOCK_UN); }
+void _ca_setfile_unlock(ca_setfile_t* f) {
+  if (f->lock_fd < 0) return;
+  flock(f->lock_fd, LOCK_UN);
+  close(f->lock_fd);
+  f->lock_fd = -1;
+}
+
+/* A fork child does not build until its own worker has started: a lock descriptor it inherited
+   (forked while this process built) goes, if it still is ours (the program may have put a file
+   of its own under its number meanwhile: not in a child's first moments, but checked). */
+void _ca_setfile_fork_child(ca_setfile_t* f) {
+  struct stat st;
+  if (f->lock_fd >= 0 && fstat(f->lock_fd, &st) == 0 && (uint64_t)st.st_dev == f->dev && (uint64_t)st.st_ino == f->ino)
+    close(f->lock_fd);
+  f->lock_fd = -1;
+}
 
 /* (held) The sets another process added since map was read, appended to map: how many. */
 uint32_t _ca_setfile_adopt(const ca_setfile_t* f, ca_colour_map_t* map) {
@@ -299,10 +315,11 @@ uint32_t _ca_setfile_extend(ca_setfile_t* f, const ca_colour_map_t* map) {
 }
 
 void _ca_setfile_close(ca_setfile_t* f) {
+  _ca_setfile_unlock(f);
   if (f->base) munmap(f->base, f->len);
   if (f->fd >= 0) close(f->fd);
   memset(f, 0, sizeof *f);
-  f->fd = -1;
+  f->fd = f->lock_fd = -1;
 }
 
 /* The set file of this machine goes (chromalloc calibrate writes a new one; tests). */

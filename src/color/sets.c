@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 
 ca_colour_layer_t _ca_cs = { .wake_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .worker_cpu = -1,
-        .retry_ms = 1000 };
+        .retry_ms = 1000, .file = { .fd = -1, .lock_fd = -1 }, .src = { .fd = -1 } };
 
 int _ca_colour_state(void) { return atomic_load_explicit(&L.state, ca_acquire); }
 int _ca_colour_count(void) { return _ca_colour_state() == CA_COLOURS_READY ? (int)L.cal.colours : -1; }
@@ -107,6 +107,7 @@ void _ca_colour_fork_child(void) {
   _ca_protect_fork_child();
   _ca_colour_spread_fork_child();
   _ca_frames_fork_child();
+  _ca_setfile_fork_child(&L.file);
   if (atomic_load_explicit(&L.state, ca_relaxed) == CA_COLOURS_READY)
     atomic_store_explicit(&L.state, CA_COLOURS_CALIBRATING, ca_relaxed);
 }

@@ -34,7 +34,7 @@ void _ca_cs_forget_sets(void) {
 static void abandon_sources(void) {
   if (L.file.fd >= 0) close(L.file.fd);
   memset(&L.file, 0, sizeof L.file);
-  L.file.fd = -1;
+  L.file.fd = L.file.lock_fd = -1;
   memset(&L.src, 0, sizeof L.src);
   L.src.fd = -1;
   L.sets_origin = SETS_NONE;

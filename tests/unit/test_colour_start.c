@@ -10,8 +10,8 @@
    simulated colour of each colour's reference is the same in both); a file whose sets no longer
    hold (two sets of different pairs trade a member) is found out, and its sets built and
    written anew; with colour_share=0 no file is read or written.  A file with fewer colours than
-   a process needs grows in place: the next process loads them all, and two growing it at once
-   take turns. */
+   a process needs grows in place: the next process loads them all, two growing it at once take
+   turns, and a builder that dies leaves no lock behind in its fork children. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include "../../src/color/layer.h"
@@ -283,6 +283,17 @@ static int fork_together(int (*child)(void*), void* arg) {
   return ok;
 }
 
+/* a fork child lets go of the lock descriptor it inherits: the lock of a parent that dies while
+   building goes with it, though the child (holding the file mapped) lives on */
+static int holds_and_dies(void* arg) {
+  int* fds = arg;
+  int id = _ca_colour_set(0, 1, 8);
+  CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
+  CHECK(_ca_setfile_lock(&L.file, 1000));
+  if (fork() == 0) { char c; _exit(read(fds[0], &c, 1) == 1 ? 0 : 1); }   /* lives on until told */
+  return check_failures;                            /* and this one dies holding the lock */
+}
+
 static int finds_stale(void* arg) {
   CHECK(_ca_setfile_test_spoil());
   int id = _ca_colour_set(0, 1, 8);
@@ -320,6 +331,19 @@ int main(void) {
     CHECK_EQ(fork_children(1, loads_extended, NULL, "extended file loaded"), 1);
     ino_t ino = file_ino();
     CHECK_EQ(fork_together(extends_beside, &ino), 2);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    CHECK_EQ(fork_children(1, holds_and_dies, fds, "lock holder dies"), 1);
+    ca_setfile_t f;
+    ca_colour_map_t m;
+    uint32_t n;
+    CHECK(_ca_setfile_open(&f, &m, &n));
+    CHECK(_ca_setfile_lock(&f, 0));                 /* not the surviving child's */
+    _ca_setfile_unlock(&f);
+    _ca_setfile_close(&f);
+    CHECK(write(fds[1], "x", 1) == 1);
+    close(fds[0]);
+    close(fds[1]);
     CHECK_EQ(fork_children(1, finds_stale, NULL, "stale set file"), 1);
     CHECK_EQ(fork_children(1, not_shared, NULL, "colour_share=0"), 1);
   }
