@@ -427,7 +427,12 @@ static void on_range(void* p, size_t n, bool added, uint32_t flavour) {
   if (child) { _ca_lock_reset(&H.lock); _ca_rlog_unlock_all(); }
   /* holding: its own log's lock is taken too (a signal handler's system call: on_change) */
   bool logged = false;
-  if (!locked && !(child && added)) { holding = true; logged = added ? _ca_rlog_add(p, n) : _ca_rlog_strike(p); holding = false; }
+  if (!locked && !(child && added)) {
+    bool was = holding;
+    holding = true;
+    logged = added ? _ca_rlog_add(p, n) : _ca_rlog_strike(p);
+    holding = was;
+  }
   if (!logged) { if (added) add_range(p, n, locked); else remove_range(p, n); }
   if (child) lock_h();
 }
