@@ -17,9 +17,10 @@
 
    Path: $CHROMALLOC_SETS (on tmpfs), else /dev/shm/chromalloc-<uid>-<machine hash>.sets (mode
    0600).  A file is written whole under a temporary name and renamed into place: a reader sees a
-   complete file or none; after that it only grows, by sets appended (below).  Its frames can move (the host migrates guest memory, or the guest compacts
-   it), so a process checks the sets it uses before trusting them (start.c) and writes new
-   ones over a file that no longer checks out.  The option colour_share=0 keeps a process's sets
+   complete file or none; after that it only grows, by sets appended (below).  Its frames can
+   move (the host migrates guest memory, or the guest compacts it), so a process checks the sets
+   it uses before trusting them (start.c) and writes new ones over a file that no longer checks
+   out.  The option colour_share=0 keeps a process's sets
    its own. */
 #define _GNU_SOURCE
 #include "layer.h"
