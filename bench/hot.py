@@ -79,6 +79,7 @@ def one(name, table, work, argv, key):
     row["per_second"] = " ".join(f"{x:.3f}" for x in secs)
     c, h = s.get("colours") or {}, s.get("hot") or {}
     row["worker_cpu_ms"] = c.get("worker_cpu_ms")
+    row["frames"] = (c.get("frames") or {}).get("state")     # "on": colours read from frame numbers, else timed
     if h.get("on"):
         for k in ("overhead_ppm", "moved", "over_full_before", "over_full", "last_move_ms", "faults", "windows"):
             row[k] = h.get(k)
@@ -201,7 +202,7 @@ def main():
                     say(f"  !! {pct:g}% {name} rep {rep + 1}: {r['error']}")
         say(f"  repetition {rep + 1}/{args.reps} done ({time.monotonic() - t0:.0f} s)")
     keys = ["pct", "config", "rep", "error", "ns_from3s", "recall", "hot_pages", "cold_called_hot", "wall_s", "rss_mib",
-            "worker_cpu_ms", "overhead_ppm", "moved", "over_full_before", "over_full", "last_move_ms", "faults", "windows", "per_second"]
+            "worker_cpu_ms", "overhead_ppm", "moved", "over_full_before", "over_full", "last_move_ms", "faults", "windows", "frames", "per_second"]
     harness.write_csv(out / "hot.csv", keys, [[r.get(k) for k in keys] for r in rows])
     summary = []
     say("\nmedian (range) over processes")
@@ -236,8 +237,15 @@ def main():
         targets.append({"target": "sampling overhead at most 1% (estimate; every process)", "value": f"max {max(ov):.2f}%",
                         "met": max(ov) <= 1.0})
     say_targets(targets)
+    # where colours came from: "on" = frame numbers; "hidden" (not root), "unknown" (never asked) = timed or not needed
+    frames = {}
+    for r in rows:
+        if r["config"].startswith("colour-hot") and not r["error"]:
+            frames[str(r.get("frames"))] = frames.get(str(r.get("frames")), 0) + 1
+    say(f"frame numbers (colours.frames.state) under hot pages: {frames or '-'}; euid {os.geteuid()}")
     plot(rows, args, out / "hot.png")
-    finish("hot", out, work, args.configs, table, {"summary": summary, "targets": targets}, t0)
+    finish("hot", out, work, args.configs, table, {"summary": summary, "targets": targets, "euid": os.geteuid(),
+                                                   "frames": frames}, t0)
 
 
 if __name__ == "__main__":
