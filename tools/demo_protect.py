@@ -17,7 +17,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # after its first 20 frames pv waits (at most this long) until the restrictive pool has a
@@ -73,7 +72,7 @@ def main():
     nwb.BUILD.mkdir(parents=True, exist_ok=True)
     nwb.build_pv(os.environ.get("CC", "cc"))
     pv = str(nwb.BUILD / "pv")
-    tmp = tempfile.mkdtemp(prefix="chromalloc-demo-")
+    tmp = a.out                       # the traces and statistics stay beside the plot: nothing left in /tmp
     alone = run_pv(pv, lean, a.frames, extra=["--no-polluter"])
     before = run_pv(pv, lean, a.frames, trace=os.path.join(tmp, "before.trace"))
     stats = os.path.join(tmp, "after.json")

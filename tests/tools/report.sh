@@ -56,5 +56,12 @@ grep -qF "  locksets:" <<<"$out" && { echo "FAIL chromalloc report: the lock set
 out=$("$HERE/../../tools/chromalloc" report "$HERE/lockhash-stats.json")
 expect "  lock sets: nesting 2 deep watched (not seen); 0 touches lost, 0 sets untold (the table full)"
 expect "    0x1f1e (lockhash)                            deepest 1, 446 pages (0 touched nested), 6 over their colour's share, 8 moved, at most 3 on a colour"
-[ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts, the NightWatch timeline, ROCS and lock sets"
+# `chromalloc run --report` keeps its statistics in a temporary directory and removes it, also
+# when the program cannot be started
+tmp=$(mktemp -d)
+TMPDIR=$tmp "$HERE/../../tools/chromalloc" run --report -- true 2>/dev/null || { echo "FAIL chromalloc run --report -- true"; fail=1; }
+TMPDIR=$tmp "$HERE/../../tools/chromalloc" run --report -- /nonexistent/program 2>/dev/null && { echo "FAIL chromalloc run: a missing program ran"; fail=1; }
+[ -z "$(ls -A "$tmp")" ] || { echo "FAIL chromalloc run --report left files in TMPDIR: $(ls -A "$tmp")"; fail=1; }
+rm -rf "$tmp"
+[ $fail -eq 0 ] && echo "PASS chromalloc report renders contexts, the NightWatch timeline, ROCS and lock sets; run --report leaves nothing in TMPDIR"
 exit $fail
