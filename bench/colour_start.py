@@ -32,7 +32,7 @@ Targets (issue 47; reported, never enforced): first stock within 1 s of asking i
 
 Writes colour_start.csv (every process), colour_start.json (summary, targets, command, machine) and
 colour_start.png to bench/results/ (or --out)."""
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, json, os, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import run as harness
@@ -72,6 +72,18 @@ def shm_path(work, name):
     return f"/dev/shm/chromalloc-bench-{work.name}-{name}.sets"
 
 
+def work_dir(name):
+    """the run's work directory (launch reports, statistics, the machine profile), removed with the
+    run's set file when the script exits, however it ends but by a signal"""
+    work = Path(tempfile.mkdtemp(prefix=name + "-"))
+    def cleanup():
+        for suffix in ("", ".part"):
+            Path(shm_path(work, "colour") + suffix).unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    atexit.register(cleanup)
+    return work
+
+
 def calibrate(work):
     env = dict(os.environ, CHROMALLOC_SETS=shm_path(work, "colour"))
     env.pop("LD_PRELOAD", None)
@@ -91,7 +103,7 @@ def prepare(name, configs, out):
     out.mkdir(parents=True, exist_ok=True)
     if "mimalloc" in configs and not harness.ensure_preloads([harness.Allocator("mimalloc", str(harness.LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0")]):
         configs.remove("mimalloc")
-    work = Path(tempfile.mkdtemp(prefix=name + "-"))
+    work = work_dir(name)
     # a loud moment can fail a calibration (on the Xeon once 163 of 165 eviction sets failed): try three times
     if any(c.startswith("colour") for c in configs) and not any(calibrate(work) for _ in range(3)):
         say(f"{name}: calibration failed three times: the colour configurations run without a usable profile")
@@ -109,15 +121,13 @@ def say_targets(targets):
 
 def finish(name, out, work, configs, table, doc, t0):
     """The end of a cache-runtime benchmark (hot.py, locksets.py, rocs.py, this one), once its
-    plot is written: NAME.json, `doc` with the command, the machine and the run's seconds, the
-    run's set file removed, and the line that says where the rows are."""
+    plot is written: NAME.json, `doc` with the command, the machine and the run's seconds, and the
+    line that says where the rows are (work_dir removes the work directory and set file)."""
     allocs = [harness.Allocator(n, table[n][0], env=table[n][1], package="libmimalloc2.0" if n == "mimalloc" else None) for n in configs]
     machine = harness.machine_info(allocs, {a.name: a for a in allocs}, os.environ.get("CC", "cc"))
     machine["l2"] = l2_geometry()
     harness.write_json(out / f"{name}.json", dict({"command": " ".join(sys.argv), "machine": machine}, **doc,
                                                   seconds=time.monotonic() - t0))
-    for suffix in ("", ".part"):
-        Path(shm_path(work, "colour") + suffix).unlink(missing_ok=True)
     say(f"({time.monotonic() - t0:.0f} s; per-process rows in {os.path.relpath(out / (name + '.csv'), ROOT)})")
 
 
@@ -289,7 +299,7 @@ def main():
     build(os.environ.get("CC", "cc"))
     if "mimalloc" in args.configs and not harness.ensure_preloads([harness.Allocator("mimalloc", str(harness.LIBDIR / "libmimalloc.so.2"), package="libmimalloc2.0")]):
         args.configs.remove("mimalloc")
-    work = Path(tempfile.mkdtemp(prefix="colour-start-"))
+    work = work_dir("colour-start")
     table = config_table(work)
     t0 = time.monotonic()
     if "colour" in args.configs and not calibrate(work):

@@ -187,8 +187,6 @@ def main():
     table = config_table(work)
     if args.pair:
         pair(args, out, work)
-        Path(shm_path(work, "colour")).unlink(missing_ok=True)
-        Path(shm_path(work, "colour") + ".part").unlink(missing_ok=True)
         return
     rows, k = [], 0
     for rep in range(args.reps):
