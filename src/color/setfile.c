@@ -174,7 +174,10 @@ bool _ca_setfile_publish(ca_setfile_t* f, const ca_colour_map_t* map, uint32_t c
   ca_buf_str(&b, "/proc/self/fd/"); ca_buf_u64(&b, (uint64_t)f->fd);
   unlink(tmp);
   if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) return false;
-  if (rename(tmp, path) != 0) { unlink(tmp); return false; }
+  bool renamed = rename(tmp, path) == 0;
+  unlink(tmp);         /* rename() between two links of one inode (a file published twice: by a fork child
+                          as well as its parent) does nothing: the temporary name would stay */
+  if (!renamed) return false;
   f->published = true;
   return true;
 }

@@ -11,7 +11,8 @@
    hold (two sets of different pairs trade a member) is found out, and its sets built and
    written anew; with colour_share=0 no file is read or written.  A file with fewer colours than
    a process needs grows in place: the next process loads them all, two growing it at once take
-   turns, and a builder that dies leaves no lock behind in its fork children. */
+   turns, and a builder that dies leaves no lock behind in its fork children; a file published
+   twice keeps one name. */
 #include "check.h"
 #include "../../src/color/colour.h"
 #include "../../src/color/layer.h"
@@ -305,6 +306,25 @@ static int finds_stale(void* arg) {
   return check_failures;
 }
 
+/* the file at the path published once more (a fork child as well as its parent): no second
+   name is left beside it (rename between two links of one inode does nothing) */
+static int published_twice(void* arg) {
+  ca_setfile_t f;
+  ca_colour_map_t m;
+  uint32_t n;
+  char path[512];
+  struct stat before, after;
+  CHECK(_ca_setfile_path(path, sizeof path) && stat(path, &before) == 0);
+  CHECK(_ca_setfile_open(&f, &m, &n));
+  ca_timing_probe_t tp = { .set_ratio_pct = f.hint_ratio_pct, .passes = f.hint_passes };
+  CHECK(_ca_setfile_publish(&f, &m, n, &tp));
+  CHECK(stat(path, &after) == 0);
+  CHECK_EQ(after.st_ino, before.st_ino);
+  CHECK_EQ(after.st_nlink, 1);
+  _ca_setfile_close(&f);
+  return check_failures;
+}
+
 static int not_shared(void* arg) {
   _ca_setfile_remove();
   _ca_colour_options[CA_COPT_SHARE] = 0;
@@ -344,6 +364,7 @@ int main(void) {
     CHECK(write(fds[1], "x", 1) == 1);
     close(fds[0]);
     close(fds[1]);
+    CHECK_EQ(fork_children(1, published_twice, NULL, "set file published twice"), 1);
     CHECK_EQ(fork_children(1, finds_stale, NULL, "stale set file"), 1);
     CHECK_EQ(fork_children(1, not_shared, NULL, "colour_share=0"), 1);
   }
