@@ -291,7 +291,12 @@ static int holds_and_dies(void* arg) {
   int id = _ca_colour_set(0, 1, 8);
   CHECK(id > 0 && _ca_colour_prepare(id, 8, 60000) == 0);
   CHECK(_ca_setfile_lock(&L.file, 1000));
-  if (fork() == 0) { char c; _exit(read(fds[0], &c, 1) == 1 ? 0 : 1); }   /* lives on until told */
+  if (fork() == 0) {                                /* lives on until told, */
+    char c;
+    _exit(write(fds[3], "r", 1) == 1 && read(fds[0], &c, 1) == 1 ? 0 : 1);
+  }
+  char c;                                           /* once its fork handlers ran (a grandchild */
+  CHECK(read(fds[2], &c, 1) == 1);                  /* not yet scheduled still has the lock) */
   return check_failures;                            /* and this one dies holding the lock */
 }
 
@@ -351,8 +356,8 @@ int main(void) {
     CHECK_EQ(fork_children(1, loads_extended, NULL, "extended file loaded"), 1);
     ino_t ino = file_ino();
     CHECK_EQ(fork_together(extends_beside, &ino), 2);
-    int fds[2];
-    CHECK(pipe(fds) == 0);
+    int fds[4];                                     /* told to end; ready */
+    CHECK(pipe(fds) == 0 && pipe(fds + 2) == 0);
     CHECK_EQ(fork_children(1, holds_and_dies, fds, "lock holder dies"), 1);
     ca_setfile_t f;
     ca_colour_map_t m;
@@ -362,8 +367,7 @@ int main(void) {
     _ca_setfile_unlock(&f);
     _ca_setfile_close(&f);
     CHECK(write(fds[1], "x", 1) == 1);
-    close(fds[0]);
-    close(fds[1]);
+    for (int i = 0; i < 4; i++) close(fds[i]);
     CHECK_EQ(fork_children(1, published_twice, NULL, "set file published twice"), 1);
     CHECK_EQ(fork_children(1, finds_stale, NULL, "stale set file"), 1);
     CHECK_EQ(fork_children(1, not_shared, NULL, "colour_share=0"), 1);
