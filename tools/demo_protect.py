@@ -72,14 +72,13 @@ def main():
     nwb.BUILD.mkdir(parents=True, exist_ok=True)
     nwb.build_pv(os.environ.get("CC", "cc"))
     pv = str(nwb.BUILD / "pv")
-    tmp = a.out                       # the traces and statistics stay beside the plot: nothing left in /tmp
     alone = run_pv(pv, lean, a.frames, extra=["--no-polluter"])
-    before = run_pv(pv, lean, a.frames, trace=os.path.join(tmp, "before.trace"))
-    stats = os.path.join(tmp, "after.json")
-    after = run_pv(pv, colour, a.frames, trace=os.path.join(tmp, "after.trace"), stats=stats, settle=SETTLE_MS)
+    before = run_pv(pv, lean, a.frames, trace=os.path.join(a.out, "before.trace"))
+    stats = os.path.join(a.out, "after.json")
+    after = run_pv(pv, colour, a.frames, trace=os.path.join(a.out, "after.trace"), stats=stats, settle=SETTLE_MS)
     d = json.load(open(stats))
     nw, co = d.get("nightwatch", {}), d.get("colours", {})
-    tb, ta = read_trace(os.path.join(tmp, "before.trace")), read_trace(os.path.join(tmp, "after.trace"))
+    tb, ta = read_trace(os.path.join(a.out, "before.trace")), read_trace(os.path.join(a.out, "after.trace"))
     start = nw.get("start_monotonic_ns", ta[0][0] if ta else 0)
     confined, armed, ready = when(nw, "decision"), when(nw, "protection"), when(nw, "colours_ready")
     print("pv frames: a %s KiB victim chased once per frame, a %s KiB buffer streamed per frame, %d frames"
