@@ -207,6 +207,7 @@ typedef struct ca_stats_s {
   _Atomic(uint64_t) large_allocs;
   _Atomic(int64_t)  large_live, large_live_bytes, large_peak_bytes;
   _Atomic(uint64_t) large_cached_reuse;
+  _Atomic(uint64_t) slot_reuse;               /* segments taken from the thread's own slots */
   _Atomic(uint64_t) large_kept_reuse;         /* objects of a flavour reused whole */
   _Atomic(uint64_t) flavour_blocks;           /* blocks flavour heaps handed out ... */
   _Atomic(uint64_t) flavour_blocks_ordinary;  /* ... of them from spans the hook could not fill */

@@ -23,7 +23,8 @@ static const ca_option_desc_t table[CA_OPT_COUNT] = {
                              "ms free memory waits before it is returned to the OS, doubled while it keeps being "
                              "reused, up to 64x (0 at once, -1 never)" },
   [CA_OPT_SEGMENT_CACHE] = { "segment_cache", 128, 0, 65536, NULL,
-                             "free segments kept mapped for reuse (beyond that they are unmapped)" },
+                             "free segments kept mapped for reuse (beyond that they are unmapped), besides the two each thread "
+                             "keeps; 0 keeps none" },
   [CA_OPT_THP]           = { "thp", 0, 0, 1, bool_words,
                              "ask for transparent huge pages on segments (MADV_HUGEPAGE)" },
   [CA_OPT_SEED]          = { "seed", 0, 0, LONG_MAX, NULL,

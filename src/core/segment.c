@@ -4,8 +4,13 @@
    MEDIUM), and all of them in heap->all.  A span freed inside a segment that is still in use
    waits on the heap's purge list of its kind (the next span of that kind is its newest) and is
    given back to the OS (MADV_DONTNEED) after purge_delay ms unless it is reused first.  A
-   segment whose spans are all free goes to the global segment cache (kept mapped, purged after
-   purge_delay ms, unmapped beyond `segment_cache` entries).
+   segment whose spans are all free goes to the freeing thread's slots, the one they push out to
+   the global segment cache (kept mapped, purged after purge_delay ms, unmapped beyond
+   `segment_cache` entries):
+
+     free ──> heap->slots[2] ──> cache_first ... (unpurged, newest first) ... (purged) cache_last
+                 ^ the owner, lock-free     ^ any thread, cache_lock
+
    A LARGE segment holds one object and belongs to no heap; it is cached the same way.
 
    When a thread exits, its heap's segments are abandoned to a global list (owner = NULL, spans
@@ -28,10 +33,12 @@ static _Atomic(uint64_t) cache_next_purge; /* earliest time a cached or abandone
    mapping it changes, and the kernel wakes the one that waited on its waker's CPU: rptest's two
    threads then shared one CPU for most of a round while the other idled.  So: one mmap for many
    segments, and each reservation 2 MiB below the last one, never next to it, where the kernel
-   would merge the two into one mapping and lock the one in use. */
+   would merge the two into one mapping and lock the one in use.  The reservation has a lock of
+   its own: an mmap under cache_lock made the other thread, there for a cached segment, yield. */
 #define CA_RESERVE_MIN     ((size_t)4 << 20)
 #define CA_RESERVE_MAX     ((size_t)32 << 20)
-static uint8_t*      reserve_next;         /* under cache_lock */
+static ca_lock_t     reserve_lock;
+static uint8_t*      reserve_next;         /* under reserve_lock */
 static uint8_t*      reserve_end;
 static uint8_t*      reserve_start;
 static size_t        reserve_size;
@@ -40,6 +47,8 @@ static ca_lock_t     abandoned_lock;
 static ca_segment_t* abandoned_first;
 
 static uint64_t abandoned_purge(uint64_t now, bool force);
+static uint64_t slots_expire(uint64_t now, bool force);
+static bool fits_better(size_t res, size_t best, size_t touch);
 
 static ca_span_queue_t* purge_queue(ca_heap_t* h, const ca_span_t* s) { return &h->purge[_ca_span_segment(s)->kind]; }
 
@@ -130,6 +139,7 @@ void _ca_segment_cache_purge(bool force) {
   if (_ca_opt(CA_OPT_PURGE_DELAY) < 0 && !force) return;
   uint64_t now = _ca_clock_ms();
   if (!force && now < atomic_load_explicit(&cache_next_purge, ca_relaxed)) return;
+  uint64_t slots_next = slots_expire(now, force);
   _ca_lock(&cache_lock);
   _ca_pacer_purging(&cache_pacer, now);
   uint64_t delay = _ca_pacer_delay(&cache_pacer), next = UINT64_MAX;
@@ -143,18 +153,14 @@ void _ca_segment_cache_purge(bool force) {
   cache_purge_list(list);
   _ca_unlock(&cache_lock);
   uint64_t abandoned_next = abandoned_purge(now, force);
-  atomic_store_explicit(&cache_next_purge, next < abandoned_next ? next : abandoned_next, ca_relaxed);
+  if (abandoned_next < next) next = abandoned_next;
+  atomic_store_explicit(&cache_next_purge, slots_next < next ? slots_next : next, ca_relaxed);
 }
 
 uint32_t _ca_segment_cache_pace(void) { return _ca_pacer_mult(&cache_pacer); }
 
-static void segment_cache_put(ca_segment_t* seg) {
-  atomic_store_explicit(&seg->owner, NULL, ca_relaxed);
-  atomic_store_explicit(&seg->thread, NULL, ca_relaxed);
-  seg->spans[0].flags = CA_SPAN_UNUSED;               /* a free() into it is invalid */
-  if (seg->kind != CA_SEG_LARGE) seg->dirty = seg->size;   /* LARGE: the objects' extent (large.c) */
-  seg->cached_at = _ca_clock_ms();
-  seg->purged = 0;
+/* The global cache takes a free segment (cached_at set: its wait may have begun in a slot). */
+static void cache_insert(ca_segment_t* seg) {
   ca_segment_t* evict = NULL;
   ca_segment_t* list = NULL;
   _ca_lock(&cache_lock);
@@ -178,6 +184,101 @@ static void segment_cache_put(ca_segment_t* seg) {
   if (evict) segment_unmap(evict);
 }
 
+/* ---- the thread's slots ----------------------------------------------------------------------
+   A thread keeps the last CA_HEAP_SLOTS 2 MiB segments it freed (mostly large objects') in its
+   heap, ahead of the global cache: two threads that each free and allocate large objects in turn
+   met on cache_lock at every call (xchurn: 29-149 sched_yields a run, 2% of its time in
+   segment_map's walk, against none for mimalloc, whose segments are per thread).  The owner puts
+   and takes them with atomic exchanges; any thread takes one whose wait is over into the cache
+   (slots_expire, from the purge and malloc_trim), so an idle thread's slots are purged too.  Who
+   holds a segment is whoever took it out of a slot: no header is read before that. */
+
+static ca_heap_t* slot_heap(void) {
+  ca_heap_t* h = _ca_heap;
+  if (h == &_ca_heap_empty || !h->in_use) return NULL;   /* no heap, or the thread is exiting */
+  return _ca_opt(CA_OPT_PURGE_DELAY) != 0 && _ca_opt(CA_OPT_SEGMENT_CACHE) > 0 ? h : NULL;
+}
+
+static uint64_t slot_due(const ca_segment_t* seg) {
+  return _ca_opt(CA_OPT_PURGE_DELAY) < 0 ? UINT64_MAX : seg->cached_at + _ca_pacer_delay(&cache_pacer);
+}
+
+/* seg into slot i; what the slot held goes to the cache */
+static void slot_set(ca_heap_t* h, uint32_t i, ca_segment_t* seg) {
+  uint64_t due = slot_due(seg);
+  ca_segment_t* old = atomic_exchange_explicit(&h->slots[i], seg, ca_acq_rel);
+  atomic_store_explicit(&h->slots_due[i], due, ca_relaxed);   /* a hint: takers read cached_at */
+  if (due < atomic_load_explicit(&cache_next_purge, ca_relaxed)) atomic_store_explicit(&cache_next_purge, due, ca_relaxed);
+  if (old != NULL) cache_insert(old);
+}
+
+/* A free 2 MiB segment into an empty slot of the thread's, else into the one due first. */
+static bool slot_put(ca_segment_t* seg) {
+  ca_heap_t* h = seg->size == CA_SEGMENT_SIZE ? slot_heap() : NULL;
+  if (h == NULL) return false;
+  uint32_t pick = 0;
+  for (uint32_t i = 0; i < CA_HEAP_SLOTS; i++) {
+    if (atomic_load_explicit(&h->slots[i], ca_relaxed) == NULL) { pick = i; break; }
+    if (atomic_load_explicit(&h->slots_due[i], ca_relaxed) < atomic_load_explicit(&h->slots_due[pick], ca_relaxed)) pick = i;
+  }
+  slot_set(h, pick, seg);
+  return true;
+}
+
+/* The thread's slot segment whose resident pages fit `touch` best (the others stay), or NULL. */
+static ca_segment_t* slot_take(size_t touch) {
+  ca_heap_t* h = slot_heap();
+  if (h == NULL) return NULL;
+  ca_segment_t* best = NULL;
+  uint32_t from = 0;
+  for (uint32_t i = 0; i < CA_HEAP_SLOTS; i++) {
+    if (atomic_load_explicit(&h->slots[i], ca_relaxed) == NULL) continue;
+    ca_segment_t* s = atomic_exchange_explicit(&h->slots[i], NULL, ca_acquire);
+    if (s == NULL) continue;
+    if (best != NULL && !fits_better(s->dirty, best->dirty, touch)) { slot_set(h, i, s); continue; }
+    if (best != NULL) slot_set(h, from, best);
+    best = s;
+    from = i;
+  }
+  if (best != NULL) _ca_stat_inc(&_ca_stats.slot_reuse, 1);
+  return best;
+}
+
+/* Every thread's slot segments whose wait is over (all, when forced) go to the cache.  Returns the
+   next expiry among those left. */
+static uint64_t slots_expire(uint64_t now, bool force) {
+  uint64_t next = UINT64_MAX;
+  for (ca_heap_t* h = _ca_heap_first(); h != NULL; h = h->next_heap)
+    for (uint32_t i = 0; i < CA_HEAP_SLOTS; i++) {
+      if (atomic_load_explicit(&h->slots[i], ca_relaxed) == NULL) continue;
+      uint64_t due = atomic_load_explicit(&h->slots_due[i], ca_relaxed);
+      if (!force && due > now) { if (due < next) next = due; continue; }
+      ca_segment_t* s = atomic_exchange_explicit(&h->slots[i], NULL, ca_acquire);
+      if (s == NULL) continue;
+      due = slot_due(s);                               /* the owner may have put a newer one */
+      ca_segment_t* none = NULL;
+      if (!force && due > now &&
+          atomic_compare_exchange_strong_explicit(&h->slots[i], &none, s, ca_acq_rel, ca_relaxed)) {
+        atomic_store_explicit(&h->slots_due[i], due, ca_relaxed);
+        if (due < next) next = due;
+        continue;
+      }
+      cache_insert(s);                                 /* its wait is over, or the owner filled the slot */
+    }
+  return next;
+}
+
+/* A free segment: the thread's slots, else the global cache. */
+static void segment_cache_put(ca_segment_t* seg) {
+  atomic_store_explicit(&seg->owner, NULL, ca_relaxed);
+  atomic_store_explicit(&seg->thread, NULL, ca_relaxed);
+  seg->spans[0].flags = CA_SPAN_UNUSED;               /* a free() into it is invalid */
+  if (seg->kind != CA_SEG_LARGE) seg->dirty = seg->size;   /* LARGE: the objects' extent (large.c) */
+  seg->cached_at = _ca_clock_ms();
+  seg->purged = 0;
+  if (!slot_put(seg)) cache_insert(seg);
+}
+
 /* A 2 MiB-aligned mapping that the segment map can name (below 2^47), or NULL with ENOMEM. */
 static void* map_ours(size_t size) {
   uint8_t* p = _ca_os_map_aligned(size, CA_SEGMENT_SIZE);
@@ -189,9 +290,11 @@ static void* map_ours(size_t size) {
   return p;
 }
 
-/* A fresh 2 MiB segment from the reservation (cache_lock held); under an address-space limit
-   the reservation shrinks back to one segment. */
+/* A fresh 2 MiB segment from the reservation; under an address-space limit the reservation
+   shrinks back to one segment. */
 static ca_segment_t* segment_carve(void) {
+  ca_segment_t* seg = NULL;
+  _ca_lock(&reserve_lock);
   if (reserve_next == reserve_end) {
     size_t n = reserve_size ? 2 * reserve_size : CA_RESERVE_MIN;
     if (n > CA_RESERVE_MAX) n = CA_RESERVE_MAX;
@@ -199,14 +302,18 @@ static ca_segment_t* segment_carve(void) {
     if (reserve_start != NULL && (uintptr_t)reserve_start > n + 2 * CA_SEGMENT_SIZE)
       p = _ca_os_map_at(reserve_start - CA_SEGMENT_SIZE - n, n);
     while (p == NULL && (p = map_ours(n)) == NULL && n > CA_SEGMENT_SIZE) n /= 2;
-    if (p == NULL) return NULL;
-    reserve_start = reserve_next = p;
-    reserve_end = p + n;
-    reserve_size = n;
-    _ca_stat_inc(&_ca_stats.reservations, 1);
+    if (p != NULL) {
+      reserve_start = reserve_next = p;
+      reserve_end = p + n;
+      reserve_size = n;
+      _ca_stat_inc(&_ca_stats.reservations, 1);
+    }
   }
-  ca_segment_t* seg = (ca_segment_t*)reserve_next;
-  reserve_next += CA_SEGMENT_SIZE;
+  if (reserve_next != reserve_end) {
+    seg = (ca_segment_t*)reserve_next;
+    reserve_next += CA_SEGMENT_SIZE;
+  }
+  _ca_unlock(&reserve_lock);
   return seg;
 }
 
@@ -225,7 +332,9 @@ static bool fits_better(size_t res, size_t best, size_t touch) {
   return best < touch && res > best;
 }
 static ca_segment_t* segment_map(size_t size, size_t touch, bool* fresh) {
-  ca_segment_t* best = NULL;
+  ca_segment_t* mine = size == CA_SEGMENT_SIZE ? slot_take(touch) : NULL;
+  if (mine != NULL && mine->dirty >= touch) { *fresh = false; return mine; }   /* covers it: no lock */
+  ca_segment_t* best = NULL, *slot_back = NULL;
   size_t best_res = 0;
   _ca_lock(&cache_lock);
   for (ca_segment_t* s = cache_first; s != NULL; s = s->next) {     /* newest (likely warm) first */
@@ -234,13 +343,18 @@ static ca_segment_t* segment_map(size_t size, size_t touch, bool* fresh) {
     bool better = best == NULL || s->size < best->size || (s->size == best->size && fits_better(res, best_res, touch));
     if (better) { best = s; best_res = res; }
     if (best->size == size && best_res >= touch && best_res - touch <= touch / 4 + CA_FIT_SLACK) break;   /* fits well enough */
+    if (s->purged && best->size == size) break;     /* the rest are purged too (cache_link): none fits better */
   }
+  if (mine != NULL && (best == NULL || fits_better(mine->dirty, best_res, touch))) best = NULL;   /* the slot's */
+  else if (mine != NULL) { slot_back = mine; mine = NULL; }
   if (best) {
     cache_unlink(best);
     if (best->purged) _ca_pacer_reused(&cache_pacer, best->purged_at, _ca_clock_ms());
   }
-  ca_segment_t* seg = best == NULL && size == CA_SEGMENT_SIZE ? segment_carve() : NULL;
   _ca_unlock(&cache_lock);
+  ca_segment_t* seg = best == NULL && mine == NULL && size == CA_SEGMENT_SIZE ? segment_carve() : NULL;
+  if (slot_back != NULL) slot_put(slot_back);
+  if (mine != NULL) { *fresh = false; return mine; }
   if (best) {
     if (!best->purged && best->size > size && best->dirty > size) {
       _ca_os_purge((uint8_t*)best + size, best->dirty - size);
@@ -401,6 +515,10 @@ void _ca_segment_purge_expired(ca_heap_t* h, bool force) {
    wait over (or the periodic purge does, see abandoned_purge), so a segment reused at once by
    the next thread is not purged and faulted in again. */
 void _ca_segment_abandon(ca_heap_t* h) {
+  for (uint32_t i = 0; i < CA_HEAP_SLOTS; i++) {      /* the slots go to the cache */
+    ca_segment_t* s = atomic_exchange_explicit(&h->slots[i], NULL, ca_acquire);
+    if (s != NULL) cache_insert(s);
+  }
   for (int k = 0; k < 2; k++) {
     ca_span_queue_t* q = &h->purge[k];
     if (q->first != NULL) {                             /* the list is in expiry order */
@@ -545,9 +663,10 @@ void _ca_segment_large_free(ca_segment_t* seg) {
 
 /* ---- fork ------------------------------------------------------------------------------------- */
 
-void _ca_segment_fork_prepare(void) { _ca_lock(&abandoned_lock); _ca_lock(&cache_lock); }
-void _ca_segment_fork_parent(void) { _ca_unlock(&cache_lock); _ca_unlock(&abandoned_lock); }
+void _ca_segment_fork_prepare(void) { _ca_lock(&abandoned_lock); _ca_lock(&cache_lock); _ca_lock(&reserve_lock); }
+void _ca_segment_fork_parent(void) { _ca_unlock(&reserve_lock); _ca_unlock(&cache_lock); _ca_unlock(&abandoned_lock); }
 void _ca_segment_fork_child(void) {
+  atomic_store_explicit(&reserve_lock.v, 0, ca_relaxed);
   atomic_store_explicit(&cache_lock.v, 0, ca_relaxed);
   atomic_store_explicit(&abandoned_lock.v, 0, ca_relaxed);
 }

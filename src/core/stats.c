@@ -150,7 +150,8 @@ void _ca_stats_json(ca_buf_t* b) {
   kv_i(b, "mapped_total", (int64_t)ldu(&_ca_stats.segments_mapped), true);
   kv_i(b, "reservations", (int64_t)ldu(&_ca_stats.reservations), true);
   kv_i(b, "abandoned", (int64_t)ldu(&_ca_stats.segments_abandoned), true);
-  kv_i(b, "reclaimed", (int64_t)ldu(&_ca_stats.segments_reclaimed), false);
+  kv_i(b, "reclaimed", (int64_t)ldu(&_ca_stats.segments_reclaimed), true);
+  kv_i(b, "slot_reuse", (int64_t)ldu(&_ca_stats.slot_reuse), false);
   ca_buf_str(b, "},\"memory\":{");
   kv_i(b, "mapped_bytes", ld(&_ca_stats.mapped_bytes), true);
   kv_i(b, "mapped_peak_bytes", ld(&_ca_stats.mapped_peak), true);

@@ -68,6 +68,7 @@
 #define CA_MEDIUM_MAX      65536                   /* largest base class in medium spans */
 #define CA_DIRECT_MAX      1024                    /* sizes served from heap->direct[] */
 #define CA_DIRECT_N        (CA_DIRECT_MAX / CA_MIN_ALIGN + 1)
+#define CA_HEAP_SLOTS      2                       /* free segments a thread keeps (segment.c) */
 #define CA_CLASS_FULL      CA_CLASS_MAX            /* heap queue index of full spans */
 
 typedef enum ca_segment_kind_e { CA_SEG_SMALL, CA_SEG_MEDIUM, CA_SEG_LARGE } ca_segment_kind_t;
@@ -214,6 +215,10 @@ struct ca_heap_s {
   /* registry fields: written only under the registry lock, never cleared by heap init */
   ca_heap_t*           next_heap;               /* registry of all heaps (never freed) */
   bool                 in_use;
+  /* free 2 MiB segments the thread keeps ahead of the global cache (segment.c): the owner puts
+     and takes them, any thread may take one; never cleared by heap init */
+  _Atomic(ca_segment_t*) slots[CA_HEAP_SLOTS];
+  _Atomic(uint64_t)    slots_due[CA_HEAP_SLOTS]; /* when the slot's segment is to be purged (ms) */
 };
 
 #endif

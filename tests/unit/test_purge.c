@@ -8,7 +8,9 @@
    every time: fresh, reused unpurged, purged, and in a child whose memory is locked (mlockall:
    purges fail there, and nothing purged is then taken to be zero).  A heap that the next thread
    reuses keeps its pace.  A large object takes the cached segment whose resident pages fit it
-   best, and a thread taking over a cached segment gives a class the span that last served it. */
+   best, and a thread taking over a cached segment gives a class the span that last served it.
+   A thread's slots hand its last freed segments back to it, and give them up when their wait is
+   over (to any thread's purge), to malloc_trim, and at thread exit. */
 #include "check.h"
 #include "../../src/core/pacer.h"
 #include <malloc.h>
@@ -16,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <errno.h>
+#include <unistd.h>
 
 static void scripted(void) {
   _ca_options[CA_OPT_PURGE_DELAY] = 10;
@@ -182,6 +185,125 @@ static void cache_fit(void) {
   _ca_options[CA_OPT_PURGE_DELAY] = delay;
 }
 
+/* A thread's slots (segment.c): the 2 MiB segment it freed last comes back to it without the
+   global cache; one left in an idle thread's slot is taken and purged by another thread's purge
+   once its wait is over, not before, and by malloc_trim at once; an exiting thread leaves its
+   slots to the cache.  Then threads churn large objects while another purges and trims. */
+#define OBJ (1024 * 1024)
+static size_t resident(const void* p, size_t n) {
+  static unsigned char vec[OBJ / 4096 + 2];
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+  size_t pages = ((uintptr_t)p + n - a + 4095) / 4096, r = 0;
+  CHECK(mincore((void*)a, pages * 4096, vec) == 0);
+  for (size_t i = 0; i < pages; i++) r += vec[i] & 1;
+  return r;
+}
+static int ready[2], go[2];                            /* owner -> main, main -> owner */
+static void* slot_owner(void* arg) {
+  void** out = arg;
+  void* volatile small = malloc(64);                  /* a heap: a thread without one has no slots */
+  free(small);
+  volatile unsigned char* p = malloc(OBJ);           /* volatile: the writes before free stay */
+  for (size_t i = 0; i < OBJ; i += 4096) p[i] = 7;
+  free((void*)p);                                     /* into this thread's slot */
+  out[0] = (void*)p;
+  out[1] = _ca_heap;
+  char c = 1;
+  CHECK(write(ready[1], &c, 1) == 1);
+  CHECK(read(go[0], &c, 1) == 1);                     /* idle until told to exit */
+  return NULL;
+}
+static bool slotted(const ca_heap_t* h, const void* p) {
+  for (int i = 0; i < CA_HEAP_SLOTS; i++)
+    if ((uintptr_t)atomic_load(&h->slots[i]) >> 21 == ((uintptr_t)p - 1) >> 21) return true;
+  return false;
+}
+static void* churn_large(void* arg) {
+  uint64_t x = (uintptr_t)arg;
+  for (int i = 0; i < 4000; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    size_t n = 64 * 1024 + (size_t)(x >> 33) % (900 * 1024);
+    unsigned char* p = malloc(n);
+    CHECK(p != NULL);
+    p[0] = (unsigned char)i;
+    p[n - 1] = (unsigned char)(i >> 3);
+    if ((x >> 20) % 8 == 0) sched_yield();
+    CHECK(p[0] == (unsigned char)i && p[n - 1] == (unsigned char)(i >> 3));   /* nobody else holds it */
+    free(p);
+  }
+  return NULL;
+}
+static void slots(void) {
+  long delay = _ca_options[CA_OPT_PURGE_DELAY];
+  _ca_options[CA_OPT_PURGE_DELAY] = 10;
+  /* the thread's own */
+  malloc_trim(0);                                     /* its slots empty */
+  uint64_t before = atomic_load(&_ca_stats.slot_reuse);
+  unsigned char* p = malloc(OBJ);
+  memset(p, 1, OBJ);
+  free(p);
+  CHECK(slotted(_ca_heap, p));
+  unsigned char* q = malloc(OBJ);
+  CHECK(SEG_OF(q - 1) == SEG_OF(p - 1) && atomic_load(&_ca_stats.slot_reuse) == before + 1);
+  CHECK(!slotted(_ca_heap, p));
+  free(q);
+  /* an idle thread's, purged by this one: not before its wait, at once by malloc_trim */
+  for (int trim = 0; trim < 2; trim++) {
+    void* got[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    pthread_t t;
+    pthread_create(&t, NULL, slot_owner, got);
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    ca_heap_t* h = got[1];
+    unsigned char* o = got[0];
+    CHECK(slotted(h, o) && resident(o, OBJ) > OBJ / 4096 / 2);
+    _ca_segment_cache_purge(false);                   /* its wait has not begun to run out */
+    CHECK(slotted(h, o) && resident(o, OBJ) > OBJ / 4096 / 2);
+    if (trim) malloc_trim(0);
+    else {
+      usleep((useconds_t)(10 * _ca_segment_cache_pace() + 20) * 1000);
+      _ca_segment_cache_purge(false);
+    }
+    size_t left = resident(o, OBJ);
+    if (slotted(h, o) || left > 1) fprintf(stderr, "slot of an idle thread (%s): %s, %zu pages resident\n", trim ? "trim" : "expired", slotted(h, o) ? "still there" : "taken", left);
+    CHECK(!slotted(h, o) && left <= 1);               /* the header page may share the object's first */
+    c = 0;
+    CHECK(write(go[1], &c, 1) == 1);
+    pthread_join(t, NULL);
+    for (int i = 0; i < 2; i++) { close(ready[i]); close(go[i]); }
+  }
+  /* an exiting thread's go to the cache: the next request takes it from there */
+  {
+    malloc_trim(0);                                   /* this thread's slots empty */
+    void* got[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    pthread_t t;
+    pthread_create(&t, NULL, slot_owner, got);
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1);
+    CHECK(slotted(got[1], got[0]));
+    c = 0;
+    CHECK(write(go[1], &c, 1) == 1);
+    pthread_join(t, NULL);
+    CHECK(!slotted(got[1], got[0]));
+    void* again = malloc(OBJ);
+    CHECK(SEG_OF((char*)again - 1) == SEG_OF((char*)got[0] - 1));
+    free(again);
+    for (int i = 0; i < 2; i++) { close(ready[i]); close(go[i]); }
+  }
+  /* churn against purges and trims: a segment is never handed to two threads */
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, churn_large, (void*)(uintptr_t)(i + 1));
+  for (int i = 0; i < 2000; i++) {
+    if (i % 10 == 0) malloc_trim(0);
+    else _ca_segment_cache_purge(false);
+    sched_yield();
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  _ca_options[CA_OPT_PURGE_DELAY] = delay;
+}
+
 static int cache_pace(void) {
   static char json[65536];
   chromalloc_stats_json(json, sizeof json);
@@ -254,5 +376,6 @@ int main(void) {
   }
   _ca_options[CA_OPT_SEGMENT_CACHE] = 128;
   _ca_options[CA_OPT_PURGE_DELAY] = 10;
+  slots();                                            /* last: its churn paces the cache up */
   return check_done("test_purge");
 }
