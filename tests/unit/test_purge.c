@@ -213,6 +213,21 @@ static void* slot_owner(void* arg) {
   CHECK(read(go[0], &c, 1) == 1);                     /* idle until told to exit */
   return NULL;
 }
+/* An owner thread started, its slot filled (got: the object, its heap); then told to exit. */
+static pthread_t owner_start(void* got[2]) {
+  CHECK(pipe(ready) == 0 && pipe(go) == 0);
+  pthread_t t;
+  pthread_create(&t, NULL, slot_owner, got);
+  char c;
+  CHECK(read(ready[0], &c, 1) == 1);
+  return t;
+}
+static void owner_stop(pthread_t t) {
+  char c = 0;
+  CHECK(write(go[1], &c, 1) == 1);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 2; i++) { close(ready[i]); close(go[i]); }
+}
 static bool slotted(const ca_heap_t* h, const void* p) {
   for (int i = 0; i < CA_HEAP_SLOTS; i++)
     if ((uintptr_t)atomic_load(&h->slots[i]) >> 21 == ((uintptr_t)p - 1) >> 21) return true;
@@ -250,11 +265,7 @@ static void slots(void) {
   /* an idle thread's, purged by this one: not before its wait, at once by malloc_trim */
   for (int trim = 0; trim < 2; trim++) {
     void* got[2];
-    CHECK(pipe(ready) == 0 && pipe(go) == 0);
-    pthread_t t;
-    pthread_create(&t, NULL, slot_owner, got);
-    char c;
-    CHECK(read(ready[0], &c, 1) == 1);
+    pthread_t t = owner_start(got);
     ca_heap_t* h = got[1];
     unsigned char* o = got[0];
     CHECK(slotted(h, o) && resident(o, OBJ) > OBJ / 4096 / 2);
@@ -268,29 +279,19 @@ static void slots(void) {
     size_t left = resident(o, OBJ);
     if (slotted(h, o) || left > 1) fprintf(stderr, "slot of an idle thread (%s): %s, %zu pages resident\n", trim ? "trim" : "expired", slotted(h, o) ? "still there" : "taken", left);
     CHECK(!slotted(h, o) && left <= 1);               /* the header page may share the object's first */
-    c = 0;
-    CHECK(write(go[1], &c, 1) == 1);
-    pthread_join(t, NULL);
-    for (int i = 0; i < 2; i++) { close(ready[i]); close(go[i]); }
+    owner_stop(t);
   }
   /* an exiting thread's go to the cache: the next request takes it from there */
   {
     malloc_trim(0);                                   /* this thread's slots empty */
     void* got[2];
-    CHECK(pipe(ready) == 0 && pipe(go) == 0);
-    pthread_t t;
-    pthread_create(&t, NULL, slot_owner, got);
-    char c;
-    CHECK(read(ready[0], &c, 1) == 1);
+    pthread_t t = owner_start(got);
     CHECK(slotted(got[1], got[0]));
-    c = 0;
-    CHECK(write(go[1], &c, 1) == 1);
-    pthread_join(t, NULL);
+    owner_stop(t);
     CHECK(!slotted(got[1], got[0]));
     void* again = malloc(OBJ);
     CHECK(SEG_OF((char*)again - 1) == SEG_OF((char*)got[0] - 1));
     free(again);
-    for (int i = 0; i < 2; i++) { close(ready[i]); close(go[i]); }
   }
   /* churn against purges and trims: a segment is never handed to two threads */
   pthread_t t[2];
