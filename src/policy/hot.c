@@ -510,10 +510,10 @@ static uint64_t measure_fault(bool writes);
 
 /* What the sampling has cost the program so far: its traps (the handler's time as measured in
    them, plus the kernel's part each), its first writes, the worker's system calls. */
-static uint64_t spent(void) {
-  uint64_t faults, handler, released, quiet, written;
-  _ca_access_stats(&faults, &handler, &released, &quiet, &written);
-  return handler + faults * H.kernel_ns + written * H.wfault_ns + H.arm_ns;
+static uint64_t spent(uint64_t* faults, uint64_t* handler) {
+  uint64_t released, quiet, written;
+  _ca_access_stats(faults, handler, &released, &quiet, &written);
+  return *handler + *faults * H.kernel_ns + written * H.wfault_ns + H.arm_ns;
 }
 
 /* The window's budget: hot_overhead of a period, less what earlier windows spent beyond their
@@ -521,9 +521,7 @@ static uint64_t spent(void) {
    64 MiB random chase every armed page was touched and ROCS's reload made a trap 3.7 us against
    2.3 at start, and the estimate read 1.5% against a cap of 1%). */
 static uint64_t window_budget(uint64_t now, uint64_t period) {
-  uint64_t cap = (uint64_t)opt[HOT_OPT_OVERHEAD], cost = spent();
-  uint64_t faults, handler, released, quiet, written;
-  _ca_access_stats(&faults, &handler, &released, &quiet, &written);
+  uint64_t faults, handler, cap = (uint64_t)opt[HOT_OPT_OVERHEAD], cost = spent(&faults, &handler);
   if (faults >= 64) H.fault_ns = H.kernel_ns + handler / faults;   /* the forecast follows the run */
   uint64_t share = H.window_at != 0 ? (now - H.window_at) * cap / 1000 : 0, used = H.window_at != 0 ? cost - H.cost_at : 0;
   H.cost_at = cost;
@@ -945,7 +943,7 @@ static void stats(ca_buf_t* b) {
   uint64_t faults = 0, fault_ns = 0, released = 0, quiet = 0, written = 0;
   _ca_access_stats(&faults, &fault_ns, &released, &quiet, &written);
   uint64_t run = H.started ? _ca_clock_ns() - H.started : 0;
-  uint64_t cost = spent();
+  uint64_t cost = spent(&(uint64_t){0}, &(uint64_t){0});
   ca_buf_field_u64(b, "windows", H.windows);
   ca_buf_field_u64(b, "lanes_armed", H.lanes_armed);
   ca_buf_field_u64(b, "lanes_written", H.lanes_written);   /* ... of them by write protection */
