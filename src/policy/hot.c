@@ -147,8 +147,8 @@ static struct {
   uint32_t   nlanes;
   uint32_t   cur_range, cur_page;    /* where the next window starts */
   uint64_t   window_end, next_window, rng, started;
-  uint64_t   fault_ns, wfault_ns;    /* a trap's cost (kernel_ns + its handler's mean in the run), a
-                                        first write's under write protection (measured at start) */
+  uint64_t   fault_ns, wfault_ns;    /* a trap's round trip, a first write's under write protection
+                                        (measured at start): the lanes' forecast */
   uint64_t   kernel_ns;              /* a trap's round trip at start, less its handler's time */
   uint64_t   cost_at, window_at, debt;   /* spent() and the clock at the last window's opening; what
                                             the windows spent beyond their share, to pay back */
@@ -517,12 +517,13 @@ static uint64_t spent(uint64_t* faults, uint64_t* handler) {
 }
 
 /* The window's budget: hot_overhead of a period, less what earlier windows spent beyond their
-   share of the time since (lanes are armed on a forecast of their faults, from their heat: on a
-   64 MiB random chase every armed page was touched and ROCS's reload made a trap 3.7 us against
-   2.3 at start, and the estimate read 1.5% against a cap of 1%). */
+   share of the time since.  Lanes are armed on a forecast (their heat, a trap's round trip at
+   start): on a 64 MiB random chase every armed page was touched and ROCS's reload made a trap
+   3.7 us against 2.3 at start, and the estimate read 1.5% against a cap of 1%.  The forecast
+   stays as it was (costed as in the run, it halved the sampling of programs well under the cap);
+   the debt keeps what is spent within it. */
 static uint64_t window_budget(uint64_t now, uint64_t period) {
   uint64_t faults, handler, cap = (uint64_t)opt[HOT_OPT_OVERHEAD], cost = spent(&faults, &handler);
-  if (faults >= 64) H.fault_ns = H.kernel_ns + handler / faults;   /* the forecast follows the run */
   uint64_t share = H.window_at != 0 ? (now - H.window_at) * cap / 1000 : 0, used = H.window_at != 0 ? cost - H.cost_at : 0;
   H.cost_at = cost;
   H.window_at = now;
@@ -950,9 +951,9 @@ static void stats(ca_buf_t* b) {
   ca_buf_field_u64(b, "pages_armed", H.pages_armed);
   ca_buf_field_u64(b, "arm_refused", H.arm_refused);
   ca_buf_field_u64(b, "faults", faults);
-  ca_buf_field_u64(b, "fault_ns", H.fault_ns);            /* one trap: the kernel's part, measured at */
-  ca_buf_field_u64(b, "kernel_ns", H.kernel_ns);          /* start, and the handler's in the run */
-  ca_buf_field_u64(b, "handler_ns", faults ? fault_ns / faults : 0);
+  ca_buf_field_u64(b, "fault_ns", H.fault_ns);            /* one trap at start: the forecast's */
+  ca_buf_field_u64(b, "kernel_ns", H.kernel_ns);          /* its kernel's part; the estimate's: */
+  ca_buf_field_u64(b, "handler_ns", faults ? fault_ns / faults : 0);   /* and the handler's in the run */
   ca_buf_field_u64(b, "debt_us", H.debt / 1000);          /* spent beyond the share, being paid back */
   ca_buf_field_u64(b, "written", written);                /* pages seen written */
   ca_buf_field_u64(b, "write_fault_ns", H.wfault_ns);     /* one first write, measured */

@@ -309,6 +309,9 @@ static void program(void) {
           (l2_now_ns() - t0) / 1e9, stats_value("hot", "windows"), stats_value("hot", "hot_pages"),
           stats_value("hot", "threshold"), stats_value("hot", "over_full_before"), stats_value("hot", "over_full"),
           stats_value("hot", "moved"), atomic_load(&reads));
+  fprintf(stderr, "program: sampling %lld ppm of the run by its estimate (a trap %lld ns, %lld us owed); %lld lanes armed\n",
+          stats_value("hot", "overhead_ppm"), stats_value("hot", "fault_ns"), stats_value("hot", "debt_us"),
+          stats_value("hot", "lanes_armed"));
   fprintf(stderr, "program: %ld detached threads came and went, %lld lanes opened early for them\n",
           atomic_load(&exited), stats_value("hot", "quiet_cut"));
 
