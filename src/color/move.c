@@ -38,6 +38,7 @@
    and the descriptor would act on the parent's memory: the child opens its own when it moves. */
 #define _GNU_SOURCE
 #include "colour.h"
+#include "../monitor/monitor.h"
 #include "../monitor/trap.h"
 #include <fcntl.h>
 #include <sched.h>
@@ -295,12 +296,14 @@ int _ca_colour_move_live(void* page, void* fresh, void* slot, bool* parked) {
     if (claim >= 0 && atomic_load(&forking)) { atomic_store(&inflight[claim], 0); claim = -1; }
     if (claim < 0) sched_yield();
   }
+  _ca_access_move_begin(page);
   if (slot != NULL && _ca_move_uffd()) {
     how = live_by_uffd(page, fresh, slot);
     *parked = how > 0;
     if (how != 1) atomic_fetch_add_explicit(&n_fallback, 1, ca_relaxed);
   }
   if (how < 0) how = live_by_remap(page, fresh, slot, parked);
+  _ca_access_move_end();
   unsigned r = atomic_fetch_add(&recent_next, 1) % 64;
   atomic_store_explicit(&recent_ms[r], _ca_clock_ms(), ca_relaxed);
   atomic_store_explicit(&recent[r], (uintptr_t)page, ca_relaxed);

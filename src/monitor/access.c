@@ -31,6 +31,13 @@
    armed, from a thread's exit until the thread is gone, during posix_spawn, system and popen,
    and for 100 ms after vfork (the child has exec'd by then or broke vfork's rules).
 
+   Moves: a page the colour layer moves (color/move.c) must keep one protection from its copy
+   to its new frame, or a write lands in the old frame and is lost (a window's arming made the
+   mover's own copy fault and wait for itself; a trap's opening let a writer in under it).  So
+   a live move holds A.lock throughout (no arming, opening or release meanwhile), first opening
+   the page if a range has it armed (counted as touched), and waits for traps under way; a
+   trap on the moving page waits for the move to end and is retried.
+
    Signal handlers: a program's handler may make a system call (waitpid in bash's SIGCHLD
    handler, a read) while its thread is inside A.lock here; the release then opens the pages
    itself, without the lock, as the fault handler does (the slots cannot change meanwhile: their
@@ -39,6 +46,7 @@
 #include "monitor.h"
 #include "trap.h"
 #include "../core/hooks.h"
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
@@ -60,6 +68,8 @@ static struct {
   ca_lock_t        lock;             /* arming, disarming, release (never the fault handler) */
   slot_t           slot[SLOTS];
   _Atomic(int)     armed;            /* slots in use by traps */
+  _Atomic(uintptr_t) moving;         /* the page a live move is copying (A.lock held) */
+  _Atomic(int)     in_fault;         /* traps under way */
   void           (*changed)(uintptr_t lo, uintptr_t hi);   /* the client: never arm these again */
   void           (*touched[2])(uintptr_t addr);           /* ... and which thread touched what */
   bool             trap_ok;
@@ -100,12 +110,27 @@ static slot_t* find(uintptr_t a) {
 
 bool _ca_access_covers(uintptr_t a) { return _ca_access_armed() && find(a) != NULL; }
 
+static bool trap(uintptr_t a);
+
 static bool on_fault(void* addr, int sig) {
   (void)sig;
   if (!_ca_access_armed()) return false;
-  uintptr_t a = (uintptr_t)addr;
+  atomic_fetch_add(&A.in_fault, 1);                    /* before reading A.moving (move_begin) */
+  bool ours = trap((uintptr_t)addr);
+  atomic_fetch_sub(&A.in_fault, 1);
+  return ours;
+}
+
+static bool trap(uintptr_t a) {
+  uintptr_t page = a & ~(uintptr_t)(CA_OS_PAGE - 1);
   slot_t* s = find(a);
   if (s == NULL) return false;
+  if (atomic_load(&A.moving) == page) {                /* the page opens with its new frame */
+    atomic_fetch_sub(&A.in_fault, 1);
+    while (atomic_load(&A.moving) == page) sched_yield();
+    atomic_fetch_add(&A.in_fault, 1);
+    return true;
+  }
   uint64_t t0 = _ca_clock_ns();
   uintptr_t b = atomic_load_explicit(&s->base, ca_acquire);
   if (b == 0 || a < b || a >= s->end) return true;             /* disarmed meanwhile: retry */
@@ -113,7 +138,7 @@ static bool on_fault(void* addr, int sig) {
   atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed);
   uint64_t in_traps = atomic_load_explicit(&A.fault_ns, ca_relaxed) - s->fault_ns, waited = t0 - s->armed_ns;
   atomic_fetch_add_explicit(&s->waited_ns, waited > in_traps ? waited - in_traps : 0, ca_relaxed);
-  prot(a & ~(uintptr_t)(CA_OS_PAGE - 1), CA_OS_PAGE, PROT_READ | PROT_WRITE);
+  prot(page, CA_OS_PAGE, PROT_READ | PROT_WRITE);
   for (int k = 0; k < 2; k++) if (A.touched[k] != NULL) A.touched[k](a);   /* open: a reload may time it */
   atomic_fetch_add_explicit(&A.faults, 1, ca_relaxed);
   atomic_fetch_add_explicit(&A.fault_ns, _ca_clock_ns() - t0, ca_relaxed);
@@ -157,6 +182,23 @@ int _ca_access_arm(void* base, size_t pages, uint64_t* bits, bool writes) {
   if (id >= 0) id += SLOTS * (int)(A.gen[id] = (A.gen[id] + 1) % (1u << 20));
   unlock_a();
   return id;
+}
+
+void _ca_access_move_begin(void* page) {
+  lock_a();
+  atomic_store(&A.moving, (uintptr_t)page);
+  while (atomic_load(&A.in_fault) != 0) sched_yield();  /* one that read no move may open it */
+  slot_t* s = find((uintptr_t)page);
+  if (s != NULL) {                                     /* open: the move touches it */
+    size_t i = ((uintptr_t)page - atomic_load_explicit(&s->base, ca_relaxed)) / CA_OS_PAGE;
+    atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed);
+    prot((uintptr_t)page, CA_OS_PAGE, PROT_READ | PROT_WRITE);
+  }
+}
+
+void _ca_access_move_end(void) {
+  atomic_store(&A.moving, 0);
+  unlock_a();
 }
 
 /* slot i opened (A.lock held): pages the monitor took meanwhile keep their protection */
