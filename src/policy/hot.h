@@ -33,6 +33,9 @@ void     _ca_hot_add(uint8_t* heat, size_t n, const uint64_t* bits);
 /* The lowest heat of the hottest k pages by a histogram of the heats (the paper's threshold):
    pages at or above it are the top k, or a few more when a bin is shared. */
 uint32_t _ca_hot_threshold(const uint32_t hist[256], uint32_t k);
+/* A window's budget (ns): `budget`, less the debt, which grows by what the time since the last
+   window used beyond its share and shrinks by what it left (never below 0: no credit). */
+uint64_t _ca_hot_budget(uint64_t* debt, uint64_t used, uint64_t share, uint64_t budget);
 /* The moves that spread hot pages over colours: count[c] hot pages of colour c, `cap` per
    colour; the colours to move a page to (the emptiest below cap), or 0 when none. */
 uint64_t _ca_hot_emptiest(const uint32_t* count, uint32_t colours, uint32_t cap);

@@ -14,7 +14,7 @@
 
                  ring[RING] ──worker──> profile[page] = { n, beyond L2, from memory, in, step }
 
-     stack     after rocs_profile windows (more, up to ten times as many, until nine runs in
+     stack     after rocs_profile windows that sampled (more, up to ten times as many, until nine runs in
                ten have reloads enough): runs of a large object's pages (16, or 1/256 of the
                object) whose reloads come from memory at least a quarter of the time, most
                often first (_ca_rocs_key; the L3 here keeps part of a stream bigger than
@@ -531,10 +531,10 @@ static void window(void) {
   }
 }
 
-void _ca_rocs_window(void) {
+void _ca_rocs_window(bool sampled) {
   if (R.state == ST_OFF) return;
   drain();
-  R.windows++;
+  R.windows += sampled || R.state != ST_PROFILE;
   int state = R.state;
   uint32_t k = scored_k();
   window();

@@ -95,7 +95,9 @@ int      _ca_rocs_buffer_set(void);         /* the buffer's colour set (0: none 
 bool     _ca_rocs_l3(void);                 /* the L3's pages are candidates (rocs_l3, decided): a
                                                page is a polluter when its _ca_rocs_key says so */
 void     _ca_rocs_progress(unsigned long units);   /* chromalloc_progress */
-void     _ca_rocs_window(void);
+void     _ca_rocs_window(bool sampled);   /* a window closed (sampled: it armed lanes; the
+                                               profile counts only those, so a window the
+                                               sampling's budget left empty does not end it) */
 uint32_t _ca_rocs_apart(void);              /* windows this many periods apart (profiles that
                                                found nothing to do: fewer windows, up to 4x) */
 /* ... and hot.c gives it the pages: profiles noted (a batch of reloads), the candidates in

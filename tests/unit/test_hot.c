@@ -3,7 +3,7 @@
    timing's in nothing).
 
    1. The pieces, scripted: the heat average, the jumping scan's back-tracking, the threshold,
-      the emptiest colours; and the ranking of a scripted heap (clustered hot pages among warm
+      the windows' budget paying back what they overspent, the emptiest colours; and the ranking of a scripted heap (clustered hot pages among warm
       and cold ones, windows drawn from known touch probabilities) against the known top K.
    2. A program: a hot set of 85% of the L2 (64-byte nodes) chased among cold blocks.  Its hot
       pages must be found (recall 0.8 at least), spread (no colour holding more hot pages than
@@ -87,6 +87,18 @@ static void pieces(void) {
   CHECK_EQ(_ca_hot_threshold(hist, 10), 200);
   CHECK_EQ(_ca_hot_threshold(hist, 15), 100);
   CHECK_EQ(_ca_hot_threshold(hist, 500), 1);
+
+  /* the windows' budget pays back what they spent beyond their share, and saves no credit */
+  uint64_t debt = 0;
+  CHECK_EQ(_ca_hot_budget(&debt, 0, 0, 950), 950);               /* the first window */
+  CHECK_EQ(_ca_hot_budget(&debt, 1500, 1000, 950), 450);         /* 500 over */
+  CHECK_EQ(_ca_hot_budget(&debt, 1800, 1000, 950), 0);           /* 1300 over: no lane */
+  CHECK_EQ(debt, 1300);
+  CHECK_EQ(_ca_hot_budget(&debt, 0, 1000, 950), 650);            /* an idle period pays 1000 */
+  CHECK_EQ(_ca_hot_budget(&debt, 0, 4000, 950), 950);            /* a long idle spell: debt 0, */
+  CHECK_EQ(debt, 0);
+  CHECK_EQ(_ca_hot_budget(&debt, 900, 1000, 950), 950);          /* and no credit after it */
+  CHECK_EQ(debt, 0);
 
   uint32_t count[4] = { 8, 3, 3, 9 };
   CHECK_EQ(_ca_hot_emptiest(count, 4, 8), 0x6);
@@ -297,6 +309,9 @@ static void program(void) {
           (l2_now_ns() - t0) / 1e9, stats_value("hot", "windows"), stats_value("hot", "hot_pages"),
           stats_value("hot", "threshold"), stats_value("hot", "over_full_before"), stats_value("hot", "over_full"),
           stats_value("hot", "moved"), atomic_load(&reads));
+  fprintf(stderr, "program: sampling %lld ppm of the run by its estimate (a trap %lld ns, %lld us owed); %lld lanes armed\n",
+          stats_value("hot", "overhead_ppm"), stats_value("hot", "fault_ns"), stats_value("hot", "debt_us"),
+          stats_value("hot", "lanes_armed"));
   fprintf(stderr, "program: %ld detached threads came and went, %lld lanes opened early for them\n",
           atomic_load(&exited), stats_value("hot", "quiet_cut"));
 
