@@ -53,6 +53,8 @@
 #define SLOTS    64                  /* ranges armed at once */
 #define LEAVING  8                   /* exiting threads waited for (more: 1 s of quiet) */
 #define GONE_NS  1000000000ull       /* an exiting thread taken as gone after this long anyway */
+#define OPENED   16                  /* ranges opened lately: a late trap there is retried */
+#define LATE_NS  50000000ull
 
 typedef struct slot_s {
   _Atomic(uintptr_t) base;           /* 0: free */
@@ -70,6 +72,9 @@ static struct {
   _Atomic(int)     armed;            /* slots in use by traps */
   _Atomic(uintptr_t) moving;         /* the page a live move is copying (A.lock held) */
   _Atomic(int)     in_fault;         /* traps under way */
+  _Atomic(uintptr_t) opened_lo[OPENED], opened_hi[OPENED];   /* ranges opened lately, */
+  _Atomic(uint64_t) opened_ns[OPENED];                      /* ... and when (A.lock) */
+  unsigned         opened_next;
   void           (*changed)(uintptr_t lo, uintptr_t hi);   /* the client: never arm these again */
   void           (*touched[2])(uintptr_t addr);           /* ... and which thread touched what */
   bool             trap_ok;
@@ -112,9 +117,22 @@ bool _ca_access_covers(uintptr_t a) { return _ca_access_armed() && find(a) != NU
 
 static bool trap(uintptr_t a);
 
+/* A thread that faulted on an armed page may reach the handler after its range was opened, and
+   the range may be armed again by its next fault there: unclaimed twice, that fault would go to
+   the program's handler (trap.c), by default its death.  Pages the monitor kept are its own. */
+static bool opened_lately(uintptr_t a) {
+  if (_ca_monitor_active() && _ca_monitor_covers(a & ~(uintptr_t)(CA_OS_PAGE - 1))) return false;
+  uint64_t now = _ca_clock_ns();
+  for (int i = 0; i < OPENED; i++)
+    if (a >= atomic_load_explicit(&A.opened_lo[i], ca_relaxed) && a < atomic_load_explicit(&A.opened_hi[i], ca_relaxed) &&
+        now - atomic_load_explicit(&A.opened_ns[i], ca_relaxed) < LATE_NS)
+      return true;
+  return false;
+}
+
 static bool on_fault(void* addr, int sig) {
   (void)sig;
-  if (!_ca_access_armed()) return false;
+  if (!_ca_access_armed()) return opened_lately((uintptr_t)addr);
   atomic_fetch_add(&A.in_fault, 1);                    /* before reading A.moving (move_begin) */
   bool ours = trap((uintptr_t)addr);
   atomic_fetch_sub(&A.in_fault, 1);
@@ -124,7 +142,7 @@ static bool on_fault(void* addr, int sig) {
 static bool trap(uintptr_t a) {
   uintptr_t page = a & ~(uintptr_t)(CA_OS_PAGE - 1);
   slot_t* s = find(a);
-  if (s == NULL) return false;
+  if (s == NULL) return opened_lately(a);
   if (atomic_load(&A.moving) == page) {                /* the page opens with its new frame */
     atomic_fetch_sub(&A.in_fault, 1);
     while (atomic_load(&A.moving) == page) sched_yield();
@@ -217,6 +235,10 @@ static void open_slot(int i) {
   else
     for (uintptr_t p = lo; p < s->end; p += CA_OS_PAGE)
       if (!_ca_monitor_covers(p)) prot(p, CA_OS_PAGE, PROT_READ | PROT_WRITE);
+  unsigned k = A.opened_next++ % OPENED;
+  atomic_store_explicit(&A.opened_ns[k], _ca_clock_ns(), ca_relaxed);
+  atomic_store_explicit(&A.opened_lo[k], lo, ca_relaxed);
+  atomic_store_explicit(&A.opened_hi[k], s->end, ca_relaxed);
   atomic_store_explicit(&s->base, 0, ca_release);
   atomic_fetch_sub_explicit(&A.armed, 1, ca_relaxed);
 }
