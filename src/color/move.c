@@ -26,7 +26,9 @@
    (root, or vm.unprivileged_userfaultfd = 1) system calls touching the page wait too; with it,
    such a call fails with EFAULT during the few microseconds of the move, as with mremap's
    write protection.  The mremap way: the page is made read-only, copied, and fresh moved over
-   it (atomically); writers fault and wait in recolour.c's fault handler.
+   it (atomically); writers fault and wait in recolour.c's fault handler.  Its old frame, when
+   kept, is moved out first with MREMAP_DONTUNMAP, the address staying mapped (inaccessible)
+   until the new frame replaces it: never a hole another thread's mmap could take.
 
    fork(): a child must not inherit a page in the middle of a move (read-only, or unmapped
    between the two moves, by a thread the child does not have: its first write waited for ever,
@@ -187,17 +189,37 @@ void _ca_move_fill_end(void* base, size_t len, bool registered) {
 
 static bool protect(void* page, int prot) { return _ca_syscall6(SYS_mprotect, (long)page, CA_OS_PAGE, prot, 0, 0, 0) == 0; }
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4                                 /* Linux 5.7 */
+#endif
+
+/* The old frame to the slot, its address left mapped and inaccessible until fresh replaces it:
+   a hole there took another thread's new mapping (a heap's page) between the two mremaps, and
+   fresh replaced it (test_move, with a thread starting meanwhile).  False: not parked (a kernel
+   before 5.7), the page as it was. */
+static bool park(void* page, void* slot) {
+  if (!protect(page, PROT_NONE)) return false;
+  if (_ca_syscall6(SYS_mremap, (long)page, CA_OS_PAGE, CA_OS_PAGE, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                   (long)slot, 0) == (long)slot) {
+    atomic_fetch_add_explicit(&n_mremap, 1, ca_relaxed);
+    _ca_sim_moved(page, slot, 1);
+    return true;
+  }
+  protect(page, PROT_READ);
+  return false;
+}
+
 /* The mremap way for a live page (see the top). */
 static int live_by_remap(void* page, void* fresh, void* slot, bool* parked) {
   if (!protect(page, PROT_READ)) return 0;
   memcpy(fresh, page, CA_OS_PAGE);
-  *parked = slot != NULL && remap(page, slot);
-  if (remap(fresh, page)) return 2;
+  *parked = slot != NULL && park(page, slot);
+  if (remap(fresh, page)) return 2;                  /* replaces the page's mapping at once */
   if (*parked && !remap(slot, page)) {
     /* the address must not stay unmapped (only the process's map limit makes moves fail):
        its data goes into a fresh page there */
     if (_ca_syscall6(SYS_mmap, (long)page, CA_OS_PAGE, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == (long)page)
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == (long)page && protect(slot, PROT_READ))
       memcpy(page, slot, CA_OS_PAGE);
     _ca_os_purge(slot, CA_OS_PAGE);
   }
@@ -296,6 +318,7 @@ int _ca_colour_move_live(void* page, void* fresh, void* slot, bool* parked) {
     if (claim >= 0 && atomic_load(&forking)) { atomic_store(&inflight[claim], 0); claim = -1; }
     if (claim < 0) sched_yield();
   }
+  bool held = _ca_monitor_move_begin();
   _ca_access_move_begin(page);
   if (slot != NULL && _ca_move_uffd()) {
     how = live_by_uffd(page, fresh, slot);
@@ -304,6 +327,7 @@ int _ca_colour_move_live(void* page, void* fresh, void* slot, bool* parked) {
   }
   if (how < 0) how = live_by_remap(page, fresh, slot, parked);
   _ca_access_move_end();
+  _ca_monitor_move_end(page, held);
   unsigned r = atomic_fetch_add(&recent_next, 1) % 64;
   atomic_store_explicit(&recent_ms[r], _ca_clock_ms(), ca_relaxed);
   atomic_store_explicit(&recent[r], (uintptr_t)page, ca_relaxed);
