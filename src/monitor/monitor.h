@@ -97,6 +97,8 @@ bool   _ca_access_disarm(int slot);                 /* the window's end: the ran
 void   _ca_access_waited(int slot, uint64_t* waited_ns, uint64_t* open_ns);
 bool   _ca_access_armed(void);                      /* any range armed (one load) */
 bool   _ca_access_covers(uintptr_t a);              /* a lies in an armed range */
+bool   _ca_monitor_move_begin(void);                /* around a live page's move too: no */
+void   _ca_monitor_move_end(void* page, bool held); /* sampled page opened or protected */
 void   _ca_access_move_begin(void* page);          /* around a live page's move (color/move.c): */
 void   _ca_access_move_end(void);                   /* no trap opens it, no range is armed */
 void   _ca_access_release(const void* p, size_t len);   /* a system call's buffer, the program's

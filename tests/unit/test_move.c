@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
@@ -81,9 +82,13 @@ static long move_n(long n, long* by_uffd) {
     if (how == 0 || !parked) break;
     moved++;
     *by_uffd += how == 1;
-    /* the old frame, parked read-only by the mremap way, is the next move's fresh frame */
+    /* the old frame, parked read-only by the mremap way, is the next move's fresh frame; the
+       next park is the frame's old address, unless mremap took it away: that hole may hold
+       another thread's mapping by now (a new thread's stack, a heap), and a page moved there
+       would replace it */
     mprotect(park, PAGE, PROT_READ | PROT_WRITE);
-    uint8_t* t = fresh; fresh = park; park = t;
+    uint8_t* t = fresh; fresh = park; park = how == 2 ? _ca_colour_slot() : t;
+    CHECK(park != NULL);
   }
   return moved;
 }
@@ -108,9 +113,9 @@ static void live_moves(long n, bool want_uffd, bool some_uffd) {
   CHECK(writes > 0);
   if (want_uffd) {
     CHECK_EQ(by_uffd, n);
+    CHECK(maps1 <= maps0 + 2);                 /* no mapping per move */
   } else if (some_uffd) {
     CHECK(by_uffd > 0);                        /* an armed page moves by mremap */
-    CHECK(maps1 <= maps0 + 2);                 /* no mapping per move */
   } else {
     CHECK_EQ(by_uffd, 0);
   }
@@ -142,6 +147,33 @@ static void moves_while_armed(long n, bool uffd) {
   pthread_join(t, NULL);
   fprintf(stderr, "test_move: the page armed %ld times meanwhile\n", atomic_load(&arms));
   CHECK(atomic_load(&arms) > 0);
+}
+
+/* The locality monitor samples the page meanwhile (protects it, opens it at a fault), as it
+   does a NightWatch chunk's pages while hot pages or protection recolour them. */
+static atomic_bool sampling;
+static atomic_long samples_started;
+static void verdict(void* chunk, size_t size, uint64_t cookie, const ca_monitor_result_t* r) { (void)chunk; (void)size; (void)cookie; (void)r; }
+static void* sampler(void* arg) {
+  while (atomic_load(&sampling)) {
+    if (!_ca_monitor_start((void*)page, PAGE, 7)) { usleep(100); continue; }
+    atomic_fetch_add(&samples_started, 1);
+    usleep(300);
+    _ca_monitor_stop((void*)page);
+  }
+  return arg;
+}
+
+static void moves_while_sampled(long n, bool uffd) {
+  pthread_t t;
+  _ca_monitor_init(verdict);
+  atomic_store(&sampling, true);
+  pthread_create(&t, NULL, sampler, NULL);
+  live_moves(n, false, uffd);
+  atomic_store(&sampling, false);
+  pthread_join(t, NULL);
+  fprintf(stderr, "test_move: the page sampled by the monitor %ld times meanwhile\n", atomic_load(&samples_started));
+  CHECK(atomic_load(&samples_started) > 0);
 }
 
 /* A child shares every page (copy on write): UFFDIO_MOVE refuses them, mremap moves them. */
@@ -206,6 +238,7 @@ int main(int argc, char** argv) {
   }
   live_moves(100000, uffd, uffd);
   moves_while_armed(100000, uffd);
+  moves_while_sampled(100000, uffd);
   if (uffd) moves_while_shared();
   return check_done("test_move");
 }
