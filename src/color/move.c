@@ -311,15 +311,21 @@ int _ca_colour_move_live(void* page, void* fresh, void* slot, bool* parked) {
   if (!atomic_exchange(&registered, true)) _ca_trap_register(on_fault);
   int e = errno, how = -1, claim = -1;
   *parked = false;
-  while (claim < 0) {
+  bool held = false;
+  for (;;) {
+    /* the monitor's and the traps' locks before the claim: a fork holds the monitor's while it
+       waits for the pages in flight (a move that claimed first waited for it: both for ever) */
+    held = _ca_monitor_move_begin();
+    _ca_access_move_begin(page);
     claim = claim_slot((uintptr_t)page);
     /* the claim first, then the fork's flag: a fork that set it before sees this claim and
        waits, one that sets it after waits too (both sequentially consistent) */
-    if (claim >= 0 && atomic_load(&forking)) { atomic_store(&inflight[claim], 0); claim = -1; }
-    if (claim < 0) sched_yield();
+    if (claim >= 0 && !atomic_load(&forking)) break;
+    if (claim >= 0) atomic_store(&inflight[claim], 0);
+    _ca_access_move_end();
+    _ca_monitor_move_end(page, held);
+    sched_yield();
   }
-  bool held = _ca_monitor_move_begin();
-  _ca_access_move_begin(page);
   if (slot != NULL && _ca_move_uffd()) {
     how = live_by_uffd(page, fresh, slot);
     *parked = how > 0;
