@@ -1,7 +1,8 @@
 /* Moving live pages (move.c; internal interfaces: built static only), each way the machine
    offers: 100,000 moves of a page that another thread keeps writing lose no write and no byte
    of its other data, and by UFFDIO_MOVE add no mapping; while a forked child shares the pages
-   (UFFDIO_MOVE answers EBUSY) the moves fall back to mremap and still lose nothing.
+   (UFFDIO_MOVE answers EBUSY) the moves fall back to mremap and still lose nothing; nor while
+   another thread arms access traps on the page, or the locality monitor samples it.
 
      test_move            the default: UFFDIO_MOVE where the kernel offers it (said when not)
      test_move mremap     run with colour_moves=mremap: every move an mremap
@@ -122,58 +123,46 @@ static void live_moves(long n, bool want_uffd, bool some_uffd) {
   for (int i = 0; i < COUNTERS; i++) page[i] = 0;
 }
 
-/* Access traps (monitor/access.c) arm and open the page meanwhile, as hot pages' windows do
-   while another thread recolours: the trap's handler must not open the page under a move's
-   copy, nor a window's arming or opening change its protection then (a write landed in the old
-   frame and was lost: 1 run in 50 of test_rocs `fixed`). */
-static atomic_bool arming;
-static atomic_long arms;
+/* Another thread changes the page's protection meanwhile, `times` counting its rounds: the
+   moves must lose no write to it. */
+static atomic_bool beside_on;
+static atomic_long times;
+static void moves_beside(void* (*side)(void*), const char* what, long n, bool uffd) {
+  pthread_t t;
+  atomic_store(&times, 0);
+  atomic_store(&beside_on, true);
+  pthread_create(&t, NULL, side, NULL);
+  live_moves(n, false, uffd);
+  atomic_store(&beside_on, false);
+  pthread_join(t, NULL);
+  fprintf(stderr, "test_move: the page %s %ld times meanwhile\n", what, atomic_load(&times));
+  CHECK(atomic_load(&times) > 0);
+}
+
+/* Access traps (monitor/access.c) arm and open the page, as hot pages' windows do while another
+   thread recolours: no trap may open the page under a move's copy, nor a window's arming make
+   the mover's own copy fault (a write was lost in test_rocs `fixed`; here the moves hung). */
 static void* armer(void* arg) {
   uint64_t bits[1];
-  while (atomic_load(&arming)) {
+  while (atomic_load(&beside_on)) {
     int id = _ca_access_arm((void*)page, 1, bits, false);
     for (volatile int i = 0; i < 200; i++) {}
-    if (id >= 0) { _ca_access_disarm(id); atomic_fetch_add(&arms, 1); }
+    if (id >= 0) { _ca_access_disarm(id); atomic_fetch_add(&times, 1); }
   }
   return arg;
 }
 
-static void moves_while_armed(long n, bool uffd) {
-  pthread_t t;
-  atomic_store(&arming, true);
-  pthread_create(&t, NULL, armer, NULL);
-  live_moves(n, false, uffd);
-  atomic_store(&arming, false);
-  pthread_join(t, NULL);
-  fprintf(stderr, "test_move: the page armed %ld times meanwhile\n", atomic_load(&arms));
-  CHECK(atomic_load(&arms) > 0);
-}
-
-/* The locality monitor samples the page meanwhile (protects it, opens it at a fault), as it
-   does a NightWatch chunk's pages while hot pages or protection recolour them. */
-static atomic_bool sampling;
-static atomic_long samples_started;
+/* The locality monitor samples the page (protects it, opens it at a fault), as it does a
+   NightWatch chunk's pages while hot pages or protection recolour them. */
 static void verdict(void* chunk, size_t size, uint64_t cookie, const ca_monitor_result_t* r) { (void)chunk; (void)size; (void)cookie; (void)r; }
 static void* sampler(void* arg) {
-  while (atomic_load(&sampling)) {
+  while (atomic_load(&beside_on)) {
     if (!_ca_monitor_start((void*)page, PAGE, 7)) { usleep(100); continue; }
-    atomic_fetch_add(&samples_started, 1);
+    atomic_fetch_add(&times, 1);
     usleep(300);
     _ca_monitor_stop((void*)page);
   }
   return arg;
-}
-
-static void moves_while_sampled(long n, bool uffd) {
-  pthread_t t;
-  _ca_monitor_init(verdict);
-  atomic_store(&sampling, true);
-  pthread_create(&t, NULL, sampler, NULL);
-  live_moves(n, false, uffd);
-  atomic_store(&sampling, false);
-  pthread_join(t, NULL);
-  fprintf(stderr, "test_move: the page sampled by the monitor %ld times meanwhile\n", atomic_load(&samples_started));
-  CHECK(atomic_load(&samples_started) > 0);
 }
 
 /* A child shares every page (copy on write): UFFDIO_MOVE refuses them, mremap moves them. */
@@ -237,8 +226,9 @@ int main(int argc, char** argv) {
     CHECK(strcmp(because, strcmp(mode, "mremap") == 0 ? "colour_moves=mremap" : "userfaultfd denied") == 0);
   }
   live_moves(100000, uffd, uffd);
-  moves_while_armed(100000, uffd);
-  moves_while_sampled(100000, uffd);
+  moves_beside(armer, "armed", 100000, uffd);
+  _ca_monitor_init(verdict);
+  moves_beside(sampler, "sampled by the monitor", 100000, uffd);
   if (uffd) moves_while_shared();
   return check_done("test_move");
 }
