@@ -115,6 +115,8 @@ static slot_t* find(uintptr_t a) {
 
 bool _ca_access_covers(uintptr_t a) { return _ca_access_armed() && find(a) != NULL; }
 
+static void touch(slot_t* s, size_t i) { atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed); }
+
 static bool trap(uintptr_t a);
 
 /* A thread that faulted on an armed page may reach the handler after its range was opened, and
@@ -153,7 +155,7 @@ static bool trap(uintptr_t a) {
   uintptr_t b = atomic_load_explicit(&s->base, ca_acquire);
   if (b == 0 || a < b || a >= s->end) return true;             /* disarmed meanwhile: retry */
   size_t i = (a - b) / CA_OS_PAGE;
-  atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed);
+  touch(s, i);
   uint64_t in_traps = atomic_load_explicit(&A.fault_ns, ca_relaxed) - s->fault_ns, waited = t0 - s->armed_ns;
   atomic_fetch_add_explicit(&s->waited_ns, waited > in_traps ? waited - in_traps : 0, ca_relaxed);
   prot(page, CA_OS_PAGE, PROT_READ | PROT_WRITE);
@@ -209,7 +211,7 @@ void _ca_access_move_begin(void* page) {
   slot_t* s = find((uintptr_t)page);
   if (s != NULL) {                                     /* open: the move touches it */
     size_t i = ((uintptr_t)page - atomic_load_explicit(&s->base, ca_relaxed)) / CA_OS_PAGE;
-    atomic_fetch_or_explicit(&s->bits[i / 64], (uint64_t)1 << (i % 64), ca_relaxed);
+    touch(s, i);
     prot((uintptr_t)page, CA_OS_PAGE, PROT_READ | PROT_WRITE);
   }
 }
@@ -342,7 +344,7 @@ static void open_nested(uintptr_t lo, uintptr_t hi) {
     uintptr_t b = atomic_load_explicit(&s->base, ca_acquire);
     if (b == 0 || hi <= b || s->end <= lo || s->writes) continue;
     size_t k0 = ((lo > b ? lo : b) - b) / CA_OS_PAGE, k1 = ((hi < s->end ? hi : s->end) - b + CA_OS_PAGE - 1) / CA_OS_PAGE;
-    for (size_t k = k0; k < k1; k++) atomic_fetch_or_explicit(&s->bits[k / 64], (uint64_t)1 << (k % 64), ca_relaxed);
+    for (size_t k = k0; k < k1; k++) touch(s, k);
     prot(b + k0 * CA_OS_PAGE, (k1 - k0) * CA_OS_PAGE, PROT_READ | PROT_WRITE);
     atomic_fetch_add_explicit(&A.released, 1, ca_relaxed);
   }
@@ -365,7 +367,7 @@ void _ca_access_release(const void* p, size_t len) {
     if (b == 0 || hi <= b || s->end <= lo || s->writes) continue;
     uintptr_t from = lo > b ? lo : b, to = hi < s->end ? hi : s->end;
     for (size_t k = (from - b) / CA_OS_PAGE; k < (to - b + CA_OS_PAGE - 1) / CA_OS_PAGE; k++)
-      atomic_fetch_or_explicit(&s->bits[k / 64], (uint64_t)1 << (k % 64), ca_relaxed);
+      touch(s, k);
     open_slot(i);
     atomic_fetch_add_explicit(&A.released, 1, ca_relaxed);
   }
