@@ -510,10 +510,10 @@ static uint64_t measure_fault(bool writes);
 
 /* What the sampling has cost the program so far: its traps (the handler's time as measured in
    them, plus the kernel's part each), its first writes, the worker's system calls. */
-static uint64_t spent(uint64_t* faults, uint64_t* handler) {
-  uint64_t released, quiet, written;
-  _ca_access_stats(faults, handler, &released, &quiet, &written);
-  return *handler + *faults * H.kernel_ns + written * H.wfault_ns + H.arm_ns;
+static uint64_t spent(void) {
+  uint64_t faults, handler, released, quiet, written;
+  _ca_access_stats(&faults, &handler, &released, &quiet, &written);
+  return handler + faults * H.kernel_ns + written * H.wfault_ns + H.arm_ns;
 }
 
 /* The window's budget: hot_overhead of a period, less what earlier windows spent beyond their
@@ -523,7 +523,7 @@ static uint64_t spent(uint64_t* faults, uint64_t* handler) {
    stays as it was (costed as in the run, it halved the sampling of programs well under the cap);
    the debt keeps what is spent within it. */
 static uint64_t window_budget(uint64_t now, uint64_t period) {
-  uint64_t faults, handler, cap = (uint64_t)opt[HOT_OPT_OVERHEAD], cost = spent(&faults, &handler);
+  uint64_t cap = (uint64_t)opt[HOT_OPT_OVERHEAD], cost = spent();
   uint64_t share = H.window_at != 0 ? (now - H.window_at) * cap / 1000 : 0, used = H.window_at != 0 ? cost - H.cost_at : 0;
   H.cost_at = cost;
   H.window_at = now;
@@ -944,7 +944,7 @@ static void stats(ca_buf_t* b) {
   uint64_t faults = 0, fault_ns = 0, released = 0, quiet = 0, written = 0;
   _ca_access_stats(&faults, &fault_ns, &released, &quiet, &written);
   uint64_t run = H.started ? _ca_clock_ns() - H.started : 0;
-  uint64_t cost = spent(&(uint64_t){0}, &(uint64_t){0});
+  uint64_t cost = spent();
   ca_buf_field_u64(b, "windows", H.windows);
   ca_buf_field_u64(b, "lanes_armed", H.lanes_armed);
   ca_buf_field_u64(b, "lanes_written", H.lanes_written);   /* ... of them by write protection */
